@@ -1,0 +1,21 @@
+# `make test` is the project's one test command (README, CI).
+GO ?= go
+
+.PHONY: test bench redis vet
+
+test: redis
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+# redis-server is the only thing the tests need beyond Go: install it when
+# it is missing and we can (root on Debian/Ubuntu).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; \
+	  else \
+	    echo "redis-server is missing: install it (e.g. apt-get install -y redis-server)" >&2; exit 1; \
+	  fi; }
+
+bench: redis
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./limiter/

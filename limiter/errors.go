@@ -1,0 +1,83 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrBusy reports that the semaphore had no room for the request.
+	// TryAcquire returns it at once; Acquire returns it (together with
+	// ErrTimeout) when AcquireTimeout or AttemptsLimit ran out. Use
+	// errors.As with *BusyError for the retry hint.
+	ErrBusy = errors.New("limiter: semaphore is full")
+
+	// ErrTimeout reports that Acquire gave up waiting because AcquireTimeout
+	// elapsed or AttemptsLimit was reached. It always comes with ErrBusy.
+	// Cancellation or a deadline of the caller's own context is reported as
+	// that context's error instead.
+	ErrTimeout = errors.New("limiter: timed out waiting for a permit")
+
+	// ErrLeaseLost reports that a lease stopped being held while this
+	// process still counted on it: Redis no longer had it, or no refresh
+	// was confirmed before the local deadline. It is the cause of the
+	// lease's Context and the value of Lease.Err.
+	ErrLeaseLost = errors.New("limiter: lease lost")
+
+	// ErrNotHeld reports that a lease named by a Ticket or a Lease is not
+	// (or no longer) held in Redis: Resume, Release and ReleaseTicket
+	// return it, and never touch another holder's lease.
+	ErrNotHeld = errors.New("limiter: lease not held")
+
+	// ErrInvalidArgument is matched by every *ArgumentError.
+	ErrInvalidArgument = errors.New("limiter: invalid argument")
+)
+
+// ArgumentError names the constructor argument, option or ticket field that
+// is wrong and why. errors.Is(err, ErrInvalidArgument) is true for it.
+type ArgumentError struct {
+	Arg    string // e.g. "limit", "TTL", "Weight", "ticket"
+	Value  any
+	Reason string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("limiter: invalid %s %v: %s", e.Arg, e.Value, e.Reason)
+}
+
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+func argError(arg string, value any, reason string) error {
+	return &ArgumentError{Arg: arg, Value: value, Reason: reason}
+}
+
+// BusyError is returned when no permit could be had. It matches ErrBusy,
+// and also ErrTimeout when it ends a wait.
+type BusyError struct {
+	Name     string
+	Weight   int64         // permits requested
+	InUse    int64         // permits in use at the last attempt
+	RetryIn  time.Duration // until the earliest current lease expires: a sensible time to try again
+	Attempts int
+	Waited   time.Duration
+	timedOut bool
+}
+
+func (e *BusyError) Error() string {
+	if e.timedOut {
+		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use; earliest expiry in %v): %v",
+			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), e.InUse, e.RetryIn, ErrTimeout)
+	}
+	return fmt.Sprintf("limiter: %q is full: %d permit(s) in use, %d requested; earliest expiry in %v",
+		e.Name, e.InUse, e.Weight, e.RetryIn)
+}
+
+func (e *BusyError) Is(target error) bool {
+	return target == ErrBusy || (e.timedOut && target == ErrTimeout)
+}
+
+// redisError wraps a failure talking to Redis with what was being done.
+func redisError(op, name string, err error) error {
+	return fmt.Errorf("limiter: %s %q: %w", op, name, err)
+}

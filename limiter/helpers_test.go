@@ -1,0 +1,111 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// backend is one kind of Redis deployment the core tests must pass on.
+type backend struct {
+	kind   string
+	client func(t testing.TB) redis.UniversalClient
+	calls  func(t testing.TB) map[string]int64
+	reset  func(t testing.TB)
+	env    []string // tells a child process how to connect
+}
+
+func singleBackend(t testing.TB) backend {
+	srv := redistest.StartServer(t)
+	return backend{
+		kind:   "single",
+		client: func(t testing.TB) redis.UniversalClient { return srv.Client(t) },
+		calls:  srv.CommandCalls,
+		reset:  srv.ResetStats,
+		env:    []string{"REDSEM_TEST_ADDRS=" + srv.Addr()},
+	}
+}
+
+func clusterBackend(t testing.TB) backend {
+	c := redistest.StartCluster(t, 3)
+	return backend{
+		kind:   "cluster",
+		client: func(t testing.TB) redis.UniversalClient { return c.Client(t) },
+		calls:  c.CommandCalls,
+		reset:  c.ResetStats,
+		env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(c.Addrs(), ","), "REDSEM_TEST_CLUSTER=1"},
+	}
+}
+
+// forEachBackend runs the core tests on a single node and on a 3-master
+// Cluster; names there contain braces to prove the hash tag holds.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Run("single", func(t *testing.T) { fn(t, singleBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { fn(t, clusterBackend(t)) })
+}
+
+var nameSeq atomic.Int64
+
+// uniqueName gives every test its own semaphore; on the cluster backend it
+// has braces in it.
+func uniqueName(b backend, base string) string {
+	n := nameSeq.Add(1)
+	if b.kind == "cluster" {
+		return fmt.Sprintf("%s{%d}}{x", base, n)
+	}
+	return fmt.Sprintf("%s-%d", base, n)
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond; for waiting on background effects, not timing claims.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// existingKeys lists the keys under prefix on every master.
+func existingKeys(t testing.TB, rdb redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		found []string
+	)
+	scan := func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		mu.Lock()
+		found = append(found, keys...)
+		mu.Unlock()
+		return err
+	}
+	ctx := ctxT(t, 5*time.Second)
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}

@@ -1,0 +1,218 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// errReleased ends a lease that its holder released.
+var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
+
+// Lease is one holding of permits of a Semaphore. It is kept alive in the
+// background (see RefreshInterval) until Release, StopRefresh or loss.
+//
+// The holder keeps a local deadline: the start of the last refresh Redis
+// confirmed, plus the TTL, minus the clock drift allowance. When that
+// deadline passes unconfirmed, or a refresh finds the lease gone, the lease
+// is lost: Done closes, Context is cancelled with cause ErrLeaseLost, Err
+// returns it and the OnLost callback runs. Because the deadline starts
+// before Redis extended the lease, the holder learns of loss before anyone
+// else can be granted its permits, even while Redis is unreachable.
+type Lease struct {
+	sem    *Semaphore
+	id     string
+	token  string
+	weight int64
+	ttl    time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu          sync.Mutex
+	err         error // why the lease ended; nil while held
+	auto        bool  // kept alive by the refresher
+	deadline    time.Time
+	nextRefresh time.Time
+	watchdog    *time.Timer
+}
+
+func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, sent time.Time) *Lease {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel}
+	s.cfg.metrics.held(s.name, 1)
+	l.mu.Lock() // the watchdog may fire before newLease returns
+	l.deadline = sent.Add(l.ttl - s.cfg.drift(l.ttl))
+	l.watchdog = time.AfterFunc(time.Until(l.deadline), l.expire)
+	l.auto = s.cfg.refresh > 0
+	l.nextRefresh = sent.Add(s.cfg.refresh)
+	l.mu.Unlock()
+	if l.auto {
+		s.shared.refresher.add(l)
+	}
+	return l
+}
+
+// ID is the lease id: random unless given with the ID option.
+func (l *Lease) ID() string { return l.id }
+
+// Token is the fencing token: strictly greater than the token of every
+// earlier acquisition of this semaphore name, including after every key of
+// the name expired (tokens are never below the Redis server's time in
+// microseconds). Pass it to the resource you protect so it can refuse a
+// holder that was superseded.
+func (l *Lease) Token() int64 {
+	t, _ := strconv.ParseInt(l.token, 10, 64)
+	return t
+}
+
+// Weight is the number of permits the lease holds.
+func (l *Lease) Weight() int64 { return l.weight }
+
+// Ticket identifies the lease for another process (see Semaphore.Resume).
+func (l *Lease) Ticket() Ticket {
+	return Ticket{Name: l.sem.name, ID: l.id, Weight: l.weight, Token: l.Token()}
+}
+
+// Done is closed when the lease ends: lost, expired, or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context carries the values of the context the lease was acquired or
+// resumed with, and is cancelled when the lease ends; context.Cause is
+// ErrLeaseLost after a loss and ErrNotHeld after Release.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is held, an error matching ErrLeaseLost
+// (with the reason) once it was lost or ran out its TTL, and one matching
+// ErrNotHeld once it was released.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Refresh extends the lease by its TTL now. A lease Redis no longer has is
+// ended as lost and ErrLeaseLost returned; a Redis failure is returned
+// wrapped and leaves the lease held until its local deadline. Refresh of a
+// lease that already ended returns Err without contacting Redis.
+func (l *Lease) Refresh(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	rep := l.sem.st.refresh(ctx, []refreshRequest{l.refreshRequest()})[0]
+	l.refreshed(sent, rep)
+	if rep.err != nil {
+		return redisError("refresh", l.sem.name, rep.err)
+	}
+	return l.Err()
+}
+
+// Release gives the permits back and wakes waiters. The lease ends locally
+// first, whatever Redis answers: if Redis cannot be reached the error is
+// returned and the permits come back when the TTL runs out (call Release
+// again to retry). A lease Redis no longer holds gives ErrNotHeld; another
+// holder's lease is never touched.
+func (l *Lease) Release(ctx context.Context) error {
+	l.end(errReleased, false)
+	n, err := l.sem.st.release(ctx, l.sem.keys, l.id, l.token)
+	if err != nil {
+		return redisError("release", l.sem.name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("limiter: release %q lease %s: %w", l.sem.name, l.id, ErrNotHeld)
+	}
+	return nil
+}
+
+// StopRefresh stops keeping the lease alive from this process, typically
+// after its Ticket was handed to another process. The lease stays in Redis
+// until its TTL runs out or someone releases it; locally it then ends with
+// ErrLeaseLost, without OnLost (that end is expected).
+func (l *Lease) StopRefresh() {
+	l.mu.Lock()
+	l.auto = false
+	l.mu.Unlock()
+	l.sem.shared.refresher.remove(l)
+}
+
+func (l *Lease) refreshRequest() refreshRequest {
+	return refreshRequest{keys: l.sem.keys, id: l.id, token: l.token, ttl: l.ttl}
+}
+
+func (l *Lease) refreshDue() (at time.Time, slack time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nextRefresh, l.sem.cfg.refresh / 5
+}
+
+func (l *Lease) localDeadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// refreshed applies the answer to a refresh sent at sent.
+func (l *Lease) refreshed(sent time.Time, rep refreshReply) {
+	switch {
+	case rep.err != nil:
+		l.sem.cfg.metrics.refreshFailed(l.sem.name)
+		l.mu.Lock()
+		// Retry soon: the local deadline, not this failure, decides loss.
+		l.nextRefresh = time.Now().Add(max(l.sem.cfg.refresh/4, 10*time.Millisecond))
+		l.mu.Unlock()
+	case !rep.held:
+		l.end(fmt.Errorf("%w: %q lease %s is gone from Redis", ErrLeaseLost, l.sem.name, l.id), true)
+	default:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.err != nil {
+			return
+		}
+		l.deadline = sent.Add(l.ttl - l.sem.cfg.drift(l.ttl))
+		l.nextRefresh = sent.Add(l.sem.cfg.refresh)
+		l.watchdog.Reset(time.Until(l.deadline))
+	}
+}
+
+// expire runs when the local deadline passes.
+func (l *Lease) expire() {
+	l.mu.Lock()
+	pending := time.Until(l.deadline) > 0 // a refresh was confirmed meanwhile
+	auto := l.auto
+	l.mu.Unlock()
+	if pending {
+		return
+	}
+	reason := "no refresh confirmed within its TTL"
+	if !auto {
+		reason = "its TTL elapsed without refresh"
+	}
+	l.end(fmt.Errorf("%w: %q lease %s: %s", ErrLeaseLost, l.sem.name, l.id, reason), auto)
+}
+
+// end finishes the lease once; lost says whether to report it as a loss.
+func (l *Lease) end(err error, lost bool) {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	l.watchdog.Stop()
+	l.mu.Unlock()
+
+	s := l.sem
+	s.shared.refresher.remove(l)
+	l.cancel(err)
+	s.cfg.metrics.held(s.name, -1)
+	if !lost {
+		return
+	}
+	s.cfg.metrics.lost(s.name)
+	s.cfg.logger.Warn("redsem: lease lost", "name", s.name, "id", l.id, "err", err)
+	if s.cfg.onLost != nil {
+		go s.cfg.onLost(l, err)
+	}
+}

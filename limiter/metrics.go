@@ -1,0 +1,96 @@
+package limiter
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Acquire outcomes, the "outcome" label of redsem_acquire_total.
+const (
+	OutcomeAcquired = "acquired"
+	OutcomeBusy     = "busy"     // TryAcquire found no room
+	OutcomeTimeout  = "timeout"  // AcquireTimeout or AttemptsLimit ran out
+	OutcomeCanceled = "canceled" // the caller's context ended
+	OutcomeError    = "error"    // Redis failed
+)
+
+// Collector is a prometheus.Collector for the semaphores that were given
+// it with the Metrics option. Nothing is registered globally: register it
+// with the registry of your choice.
+type Collector struct {
+	acquires       *prometheus.CounterVec
+	wait           *prometheus.HistogramVec
+	heldLeases     *prometheus.GaugeVec
+	lostLeases     *prometheus.CounterVec
+	refreshFailure *prometheus.CounterVec
+}
+
+// NewCollector returns a Collector whose metrics are named redsem_*.
+func NewCollector() *Collector {
+	return &Collector{
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redsem_acquire_total", Help: "Acquire and TryAcquire calls by outcome.",
+		}, []string{"name", "outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redsem_acquire_wait_seconds", Help: "Time from Acquire to its outcome.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"name"}),
+		heldLeases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redsem_leases_held", Help: "Leases this process holds.",
+		}, []string{"name"}),
+		lostLeases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redsem_leases_lost_total", Help: "Leases lost while this process kept them alive.",
+		}, []string{"name"}),
+		refreshFailure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redsem_refresh_failures_total", Help: "Refreshes that got no answer from Redis.",
+		}, []string{"name"}),
+	}
+}
+
+func (c *Collector) collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.acquires, c.wait, c.heldLeases, c.lostLeases, c.refreshFailure}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.collectors() {
+		m.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.collectors() {
+		m.Collect(ch)
+	}
+}
+
+// The methods below are safe on a nil *Collector, so code reports
+// unconditionally.
+
+func (c *Collector) acquired(name, outcome string, waited time.Duration) {
+	if c == nil {
+		return
+	}
+	c.acquires.WithLabelValues(name, outcome).Inc()
+	c.wait.WithLabelValues(name).Observe(waited.Seconds())
+}
+
+func (c *Collector) held(name string, delta float64) {
+	if c != nil {
+		c.heldLeases.WithLabelValues(name).Add(delta)
+	}
+}
+
+func (c *Collector) lost(name string) {
+	if c != nil {
+		c.lostLeases.WithLabelValues(name).Inc()
+	}
+}
+
+func (c *Collector) refreshFailed(name string) {
+	if c != nil {
+		c.refreshFailure.WithLabelValues(name).Inc()
+	}
+}

@@ -1,0 +1,131 @@
+package limiter
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a Semaphore or Mutex. Invalid values make the
+// constructor return an *ArgumentError naming the option.
+type Option func(*config)
+
+type config struct {
+	ttl            time.Duration
+	refresh        time.Duration
+	refreshSet     bool
+	acquireTimeout time.Duration
+	attempts       int
+	prefix         string
+	onLost         func(*Lease, error)
+	metrics        *Collector
+	logger         *slog.Logger
+	clockDrift     float64
+}
+
+const (
+	DefaultTTL            = 10 * time.Second
+	DefaultAcquireTimeout = 10 * time.Second
+	DefaultPrefix         = "redsem:"
+)
+
+func defaultConfig() config {
+	return config{
+		ttl:            DefaultTTL,
+		acquireTimeout: DefaultAcquireTimeout,
+		prefix:         DefaultPrefix,
+		clockDrift:     0.01,
+	}
+}
+
+// TTL sets how long a lease lives in Redis without a refresh (default 10s).
+// It bounds how long a crashed holder keeps its permits.
+func TTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// RefreshInterval sets how often held leases are extended (default TTL/3,
+// which leaves room for two failed attempts before the TTL runs out).
+// 0 turns auto-refresh off: the lease then ends at its TTL unless
+// Lease.Refresh is called. It must be less than the TTL.
+func RefreshInterval(d time.Duration) Option {
+	return func(c *config) { c.refresh, c.refreshSet = d, true }
+}
+
+// AcquireTimeout bounds how long Acquire waits (default 10s; 0 = only the
+// context bounds it). Whichever of it and the context ends first wins.
+func AcquireTimeout(d time.Duration) Option { return func(c *config) { c.acquireTimeout = d } }
+
+// AttemptsLimit bounds how many times Acquire asks Redis before it gives up
+// with ErrTimeout (default 0 = unbounded).
+func AttemptsLimit(n int) Option { return func(c *config) { c.attempts = n } }
+
+// Prefix sets the key prefix (default "redsem:"). It must not contain '{'
+// or '}', which would break the hash tag that keeps a semaphore in one
+// Cluster slot.
+func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// OnLost registers a callback run (in its own goroutine) when a lease this
+// process keeps alive is lost: Redis no longer has it, or no refresh was
+// confirmed before its local deadline. It is not called for leases that
+// end at their TTL with auto-refresh off, nor after Release.
+func OnLost(fn func(l *Lease, err error)) Option { return func(c *config) { c.onLost = fn } }
+
+// Metrics reports acquisitions, waits, held and lost leases and refresh
+// failures to c, labelled with the semaphore's name.
+func Metrics(c *Collector) Option { return func(cfg *config) { cfg.metrics = c } }
+
+// Logger sets where the few things worth logging go (lost leases, failed
+// subscriptions). Default: slog.Default().
+func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// ClockDrift sets the fraction of the TTL (default 0.01, plus 2ms) by which
+// a holder assumes its lease ended earlier than Redis will, so it learns
+// of loss before anyone else can take the permit.
+func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } }
+
+func (c *config) validate() error {
+	if c.ttl <= 0 {
+		return argError("TTL", c.ttl, "must be > 0")
+	}
+	if c.ttl < time.Millisecond {
+		return argError("TTL", c.ttl, "Redis counts leases in milliseconds: must be >= 1ms")
+	}
+	if !c.refreshSet {
+		c.refresh = c.ttl / 3
+	}
+	if c.refresh < 0 || c.refresh >= c.ttl {
+		return argError("RefreshInterval", c.refresh, "must be >= 0 and < TTL "+c.ttl.String())
+	}
+	if c.acquireTimeout < 0 {
+		return argError("AcquireTimeout", c.acquireTimeout, "must be >= 0")
+	}
+	if c.attempts < 0 {
+		return argError("AttemptsLimit", c.attempts, "must be >= 0")
+	}
+	for _, r := range c.prefix {
+		if r == '{' || r == '}' {
+			return argError("Prefix", c.prefix, "must not contain '{' or '}'")
+		}
+	}
+	if c.clockDrift < 0 || c.clockDrift >= 0.5 {
+		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return nil
+}
+
+// drift is how much earlier than Redis a holder considers its lease over.
+func (c *config) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.clockDrift) + 2*time.Millisecond
+}
+
+// AcquireOption shapes one acquisition.
+type AcquireOption func(*acquireRequest)
+
+// Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
+func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight = n } }
+
+// ID sets the lease id (default: 128 random bits). Acquiring with an id
+// that already holds a lease returns that lease, refreshed, and takes no
+// further permit: an asynq task retried after a crash keeps one permit.
+func ID(id string) AcquireOption { return func(r *acquireRequest) { r.id, r.idGiven = id, true } }

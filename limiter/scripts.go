@@ -1,0 +1,29 @@
+package limiter
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every script is the shared prelude followed by its body, so the helpers
+// (sweep, touch, notify) exist once. Scripts run by EVALSHA and fall back
+// to EVAL on NOSCRIPT (redis.Script.Run), which also covers a restarted or
+// failed-over server that lost its script cache.
+var (
+	//go:embed common.lua
+	commonLua string
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed refresh.lua
+	refreshLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed holders.lua
+	holdersLua string
+
+	acquireScript = redis.NewScript(commonLua + acquireLua)
+	refreshScript = redis.NewScript(commonLua + refreshLua)
+	releaseScript = redis.NewScript(commonLua + releaseLua)
+	holdersScript = redis.NewScript(commonLua + holdersLua)
+)

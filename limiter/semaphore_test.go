@@ -1,0 +1,572 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+func TestCore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		t.Run("TryAcquireAndRelease", func(t *testing.T) { testTryAcquire(t, b) })
+		t.Run("WeightedLeases", func(t *testing.T) { testWeighted(t, b) })
+		t.Run("LimitHoldsInProcess", func(t *testing.T) { testLimitInProcess(t, b) })
+		t.Run("MixedTTLs", func(t *testing.T) { testMixedTTLs(t, b) })
+		t.Run("LossWhenKeysDeleted", func(t *testing.T) { testLossWhenDeleted(t, b) })
+		t.Run("Handoff", func(t *testing.T) { testHandoff(t, b) })
+		t.Run("IdempotentID", func(t *testing.T) { testIdempotentID(t, b) })
+		t.Run("FencingTokens", func(t *testing.T) { testFencing(t, b) })
+		t.Run("FencingAcrossIdleExpiry", func(t *testing.T) { testFencingIdle(t, b) })
+		t.Run("WaitingCostsNothing", func(t *testing.T) { testWaitingIsQuiet(t, b) })
+		t.Run("Do", func(t *testing.T) { testDo(t, b) })
+		t.Run("AcquireTimeoutAndCancel", func(t *testing.T) { testAcquireGivesUp(t, b) })
+		t.Run("ExpiredLeasesFreePermits", func(t *testing.T) { testExpiry(t, b) })
+	})
+}
+
+func testTryAcquire(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "try"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sem.TryAcquire(ctx)
+	var busy *limiter.BusyError
+	if !errors.Is(err, limiter.ErrBusy) || !errors.As(err, &busy) || errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("third TryAcquire: want ErrBusy (not ErrTimeout), got %v", err)
+	}
+	if busy.InUse != 2 || busy.RetryIn <= 0 || busy.RetryIn > limiter.DefaultTTL {
+		t.Fatalf("busy error details: %+v", busy)
+	}
+	if l1.ID() == l2.ID() || l1.Token() >= l2.Token() {
+		t.Fatalf("leases: %s/%d then %s/%d", l1.ID(), l1.Token(), l2.ID(), l2.Token())
+	}
+	if n, err := sem.Available(ctx); err != nil || n != 0 {
+		t.Fatalf("Available = %d, %v; want 0", n, err)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l1.Done():
+	default:
+		t.Fatal("Done not closed after Release")
+	}
+	if !errors.Is(l1.Err(), limiter.ErrNotHeld) || !errors.Is(context.Cause(l1.Context()), limiter.ErrNotHeld) {
+		t.Fatalf("after Release: Err=%v cause=%v", l1.Err(), context.Cause(l1.Context()))
+	}
+	if err := l1.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("second Release: want ErrNotHeld, got %v", err)
+	}
+	hs, err := sem.Holders(ctx)
+	if err != nil || len(hs) != 1 || hs[0].ID != l2.ID() || hs[0].Token != l2.Token() {
+		t.Fatalf("Holders = %+v, %v", hs, err)
+	}
+	if _, err := sem.TryAcquire(ctx); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func testWeighted(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "weighted"), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := sem.TryAcquire(ctx, limiter.Weight(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big.Weight() != 4 {
+		t.Fatalf("Weight = %d", big.Weight())
+	}
+	if _, err := sem.TryAcquire(ctx, limiter.Weight(2)); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("weight 2 over 4/5: want ErrBusy, got %v", err)
+	}
+	small, err := sem.TryAcquire(ctx, limiter.Weight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := sem.Holders(ctx)
+	if len(hs) != 2 {
+		t.Fatalf("one member per lease, whatever its weight: %+v", hs)
+	}
+	if err := big.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sem.Available(ctx); n != 4 {
+		t.Fatalf("Available = %d, want 4", n)
+	}
+	_ = small.Release(ctx)
+}
+
+// Many goroutines of one process; an independent counter checks the cap.
+func testLimitInProcess(t *testing.T, b backend) {
+	rdb := b.client(t)
+	const limit, workers, rounds = 3, 16, 15
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "inproc"), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu          sync.Mutex
+		inside, top int
+		wg          sync.WaitGroup
+	)
+	ctx := ctxT(t, 60*time.Second)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := sem.Do(ctx, func(context.Context) error {
+					mu.Lock()
+					inside++
+					top = max(top, inside)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if top > limit || top < 2 {
+		t.Fatalf("peak holders %d with limit %d", top, limit)
+	}
+}
+
+func testMixedTTLs(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	name := uniqueName(b, "mixed")
+	long, err := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(30*time.Second), limiter.RefreshInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(200*time.Millisecond), limiter.RefreshInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := long.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short holders come and go for well over their TTL; half of them are
+	// never released and must simply expire.
+	for i := 0; i < 10; i++ {
+		l, err := short.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("short holder %d: %v", i, err)
+		}
+		if _, err := short.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+			t.Fatalf("limit 2 with the long holder and one short: want busy, got %v", err)
+		}
+		if i%2 == 0 {
+			_ = l.Release(ctx)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hs, err := long.Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, h := range hs {
+		if h.ID == holder.ID() {
+			found = h.TTL > 25*time.Second
+		}
+	}
+	if !found || holder.Err() != nil {
+		t.Fatalf("the 30s holder was evicted: holders %+v, err %v", hs, holder.Err())
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testLossWhenDeleted(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	prefix := fmt.Sprintf("loss%d:", nameSeq.Add(1))
+	lostCh := make(chan error, 1)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "loss"), 1, limiter.Prefix(prefix),
+		limiter.TTL(time.Second), limiter.RefreshInterval(50*time.Millisecond),
+		limiter.OnLost(func(_ *limiter.Lease, err error) { lostCh <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := existingKeys(t, rdb, prefix)
+	if len(keys) != 3 {
+		t.Fatalf("keys of a held semaphore: %v", keys)
+	}
+	for _, k := range keys {
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("Done did not close after the keys were deleted")
+	}
+	if !errors.Is(context.Cause(l.Context()), limiter.ErrLeaseLost) || !errors.Is(l.Err(), limiter.ErrLeaseLost) {
+		t.Fatalf("cause %v, err %v", context.Cause(l.Context()), l.Err())
+	}
+	if err := <-lostCh; !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("OnLost got %v", err)
+	}
+	if err := l.Refresh(ctx); !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("Refresh after loss: %v", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("Release after loss: %v", err)
+	}
+}
+
+func testHandoff(t *testing.T, b backend) {
+	ctx := ctxT(t, 20*time.Second)
+	name := uniqueName(b, "handoff")
+	// Two clients stand for two processes.
+	cron, err := limiter.NewMutex(b.client(t), name, limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := limiter.NewMutex(b.client(t), name, limiter.TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := cron.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := l.Ticket().String()
+	l.StopRefresh()
+	ticket, err := limiter.ParseTicket(text)
+	if err != nil || ticket != l.Ticket() {
+		t.Fatalf("ticket round trip: %+v, %v", ticket, err)
+	}
+	adopted, err := worker.Resume(ctx, ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adopted.ID() != l.ID() || adopted.Token() != l.Token() {
+		t.Fatalf("adopted %s/%d, want %s/%d", adopted.ID(), adopted.Token(), l.ID(), l.Token())
+	}
+	time.Sleep(500 * time.Millisecond) // past the cron's 300ms TTL
+	if _, err := cron.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("after the original TTL the adopted lease must still hold: %v", err)
+	}
+	if adopted.Err() != nil {
+		t.Fatal(adopted.Err())
+	}
+	// Whoever has the ticket may release by it.
+	if err := cron.ReleaseTicket(ctx, ticket); err != nil {
+		t.Fatal(err)
+	}
+	if err := adopted.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("release after ReleaseTicket: %v", err)
+	}
+
+	// A ticket whose lease expired before pick-up cannot be adopted.
+	l2, err := cron.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l2.Done() // refresh is off: it ends at its TTL
+	if !errors.Is(l2.Err(), limiter.ErrLeaseLost) {
+		t.Fatalf("expired lease Err: %v", l2.Err())
+	}
+	time.Sleep(20 * time.Millisecond) // the local deadline is a little early
+	if _, err := worker.Resume(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("Resume of an expired ticket: want ErrNotHeld, got %v", err)
+	}
+	if err := worker.ReleaseTicket(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("ReleaseTicket of an expired ticket: want ErrNotHeld, got %v", err)
+	}
+	// A stale ticket never touches a newer lease with the same id.
+	l3, err := cron.TryAcquire(ctx, limiter.ID(l2.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.ReleaseTicket(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("stale ticket released a newer lease: %v", err)
+	}
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testIdempotentID(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "idem"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := sem.Acquire(ctx, limiter.ID("task-42"), limiter.Weight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := sem.Acquire(ctx, limiter.ID("task-42"), limiter.Weight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token() != a.Token() || again.ID() != "task-42" || again.Weight() != 2 {
+		t.Fatalf("second acquire with the same id: %d/%s/%d, want token %d", again.Token(), again.ID(), again.Weight(), a.Token())
+	}
+	if n, _ := sem.Available(ctx); n != 1 {
+		t.Fatalf("the same id took more permits: available %d, want 1", n)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sem.Available(ctx); n != 3 {
+		t.Fatalf("available %d after release, want 3", n)
+	}
+}
+
+// Tokens follow the order in which the mutex was held, across 1000
+// acquisitions from many goroutines.
+func testFencing(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 120*time.Second)
+	mu, err := limiter.NewMutex(rdb, uniqueName(b, "fence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 20, 50
+	var (
+		seqMu  sync.Mutex
+		tokens []int64
+		wg     sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				l, err := mu.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				seqMu.Lock()
+				tokens = append(tokens, l.Token())
+				seqMu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(tokens) != workers*each {
+		t.Fatalf("%d acquisitions, want %d", len(tokens), workers*each)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d at %d is not above %d", tokens[i], i, tokens[i-1])
+		}
+	}
+}
+
+func testFencingIdle(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	prefix := fmt.Sprintf("idle%d:", nameSeq.Add(1))
+	mu, err := limiter.NewMutex(rdb, uniqueName(b, "idle"), limiter.Prefix(prefix),
+		limiter.TTL(100*time.Millisecond), limiter.RefreshInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not released: it expires, and then every key must go away by itself.
+	eventually(t, 10*time.Second, "every key of an idle semaphore expires", func() bool {
+		return len(existingKeys(t, rdb, prefix)) == 0
+	})
+	second, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token after idle expiry %d is not above %d", second.Token(), first.Token())
+	}
+	for _, k := range existingKeys(t, rdb, prefix) {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Fatalf("key %s would live forever (PTTL %v)", k, ttl)
+		}
+	}
+}
+
+// A waiter blocked on a full semaphore costs (nearly) no Redis commands,
+// and wakes on release rather than on its timer.
+func testWaitingIsQuiet(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	name := uniqueName(b, "quiet")
+	holderSem, err := limiter.NewMutex(b.client(t), name, limiter.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiterSem, err := limiter.NewMutex(rdb, name, limiter.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := holderSem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.reset(t)
+	start := time.Now()
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiterSem.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = l.Release(ctx)
+	}()
+	time.Sleep(time.Second)
+	calls := b.calls(t)
+	// Commands a client sends (those run inside scripts are counted by
+	// Redis too, and say nothing about round trips).
+	scripts := calls["evalsha"] + calls["eval"]
+	sent := scripts + calls["subscribe"] + calls["ssubscribe"] + calls["ping"]
+	// Expected: the first attempt, SUBSCRIBE, the attempt after it.
+	if scripts > 3 || sent > 5 {
+		t.Fatalf("waiting for 1s cost %d commands (%d scripts): %v", sent, scripts, calls)
+	}
+	released := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := <-got
+	// The fallback timer is capped at 2s from the start of the wait, so a
+	// wake before that came from the release message. Not a speed claim:
+	// the benchmarks measure that.
+	if at.IsZero() || at.Sub(start) >= 1900*time.Millisecond {
+		t.Fatalf("waiter acquired %v after release (%v after it began): woken by timer, not release",
+			at.Sub(released), at.Sub(start))
+	}
+}
+
+func testDo(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "do"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	if err := sem.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	if n, _ := sem.Available(ctx); n != 1 {
+		t.Fatal("Do did not release after fn failed")
+	}
+	// fn's ctx is cancelled with ErrLeaseLost when the lease goes.
+	err = sem.Do(ctx, func(fctx context.Context) error {
+		hs, _ := sem.Holders(ctx)
+		for _, h := range hs {
+			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token})
+		}
+		<-fctx.Done()
+		return nil
+	}, limiter.Weight(1))
+	if err == nil {
+		t.Fatal("Do hid the loss of its lease")
+	}
+}
+
+func testAcquireGivesUp(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	name := uniqueName(b, "giveup")
+	sem, err := limiter.NewMutex(rdb, name, limiter.AcquireTimeout(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sem.Acquire(ctx)
+	if !errors.Is(err, limiter.ErrTimeout) || !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("AcquireTimeout: want ErrTimeout+ErrBusy, got %v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	noTimeout, _ := limiter.NewMutex(rdb, name, limiter.AcquireTimeout(0))
+	if _, err := noTimeout.Acquire(cctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("caller's deadline: want context.DeadlineExceeded, got %v", err)
+	}
+	limited, _ := limiter.NewMutex(rdb, name, limiter.AttemptsLimit(2))
+	if _, err := limited.Acquire(ctx); !errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("AttemptsLimit: want ErrTimeout, got %v", err)
+	}
+	hs, _ := sem.Holders(ctx)
+	if len(hs) != 1 || hs[0].ID != held.ID() {
+		t.Fatalf("a failed Acquire left something held: %+v", hs)
+	}
+}
+
+func testExpiry(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	name := uniqueName(b, "expiry")
+	crashed, _ := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(150*time.Millisecond), limiter.RefreshInterval(0))
+	for range 2 {
+		if _, err := crashed.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiter, _ := limiter.NewSemaphore(rdb, name, 2)
+	l, err := waiter.Acquire(ctx, limiter.Weight(2)) // woken by the expiry timer
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := waiter.Holders(ctx)
+	ids := make([]string, 0, len(hs))
+	for _, h := range hs {
+		ids = append(ids, h.ID)
+	}
+	sort.Strings(ids)
+	if len(ids) != 1 || ids[0] != l.ID() {
+		t.Fatalf("holders after expiry: %v", ids)
+	}
+}
