@@ -2,26 +2,38 @@
 -- Returns {1, token, weight} when granted (or when id already holds a lease:
 -- that lease, refreshed), else {0, ms until the earliest lease expires, permits in use}.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
-sweep(now_ms)
+local exp = now_ms + ttl
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field)
+local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 
-local held = redis.call('HGET', KEYS[2], id)
-if held then
-  local w, tok = parse(held)
-  redis.call('ZADD', KEYS[1], fmt(now_ms + ttl), id)
-  touch()
+local mine = st[4]
+if mine and tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') > now_ms then
+  local w, tok = parse(mine)
+  redis.call('ZADD', KEYS[1], fmt(exp), id)
+  local at = next_keyexp(exp, ttl, keyexp)
+  if at then
+    redis.call('HSET', KEYS[2], 'keyexp', at)
+    expire_keys(at)
+  end
   return {1, tok, w}
 end
 
-local total = tonumber(redis.call('HGET', KEYS[3], 'total') or '0')
+-- Expired leases are swept only when they are in the way.
+if mine or total + weight > limit then
+  total = total - sweep(now_ms)
+  if total <= 0 then total, keyexp = 0, 0 end
+end
+
 if total + weight <= limit then
-  local last = tonumber(redis.call('HGET', KEYS[3], 'token') or '0')
   local tok = fmt(math.max(last + 1, now))
-  redis.call('ZADD', KEYS[1], fmt(now_ms + ttl), id)
-  redis.call('HSET', KEYS[2], id, fmt(weight) .. ':' .. tok)
-  redis.call('HSET', KEYS[3], 'total', fmt(total + weight), 'token', tok)
-  touch()
+  local at = next_keyexp(exp, ttl, keyexp)
+  redis.call('ZADD', KEYS[1], fmt(exp), id)
+  redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok, 'total', fmt(total + weight), 'token', tok,
+    'keyexp', at or fmt(keyexp))
+  if at then expire_keys(at) end
   return {1, tok, weight}
 end
 

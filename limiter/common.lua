@@ -1,7 +1,11 @@
 -- Prelude shared by every script (prepended in scripts.go).
--- KEYS[1] leases  ZSET  id -> expiry (ms, server clock)
--- KEYS[2] weights HASH  id -> "<weight>:<token>"
--- KEYS[3] meta    HASH  total (sum of live weights), token (last fencing token)
+-- KEYS[1] leases ZSET id -> expiry (ms, server clock)
+-- KEYS[2] state  HASH ':'..id -> "<weight>:<token>" for each lease, and
+--                total  (sum of the weights of every lease in KEYS[1]),
+--                token  (the last fencing token),
+--                keyexp (when both keys expire; 0 when there are no leases)
+-- Every redis.call costs ~2us of Lua overhead, more than most commands
+-- themselves, so the common paths are written to make as few as possible.
 --
 -- Numbers are formatted by hand: Lua 5.1 turns large numbers into "1.7e+15"
 -- when Redis converts them to strings.
@@ -9,7 +13,7 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- Server time in microseconds; the only clock the scripts trust.
+-- Server time in microseconds: the only clock the scripts trust.
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -20,46 +24,50 @@ local function parse(v)
   return tonumber(w), tok
 end
 
--- Drops every lease whose expiry has passed and returns the permits it freed.
+-- Records that the last lease is gone, so the next lease sets key expiry
+-- on the (then new) sorted set.
+local function settle(total)
+  if total <= 0 then
+    redis.call('HSET', KEYS[2], 'total', '0', 'keyexp', '0')
+  end
+end
+
+-- Drops every lease whose expiry has passed; returns the permits freed.
 local function sweep(now_ms)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  if #gone == 0 then return 0 end
   local freed = 0
   for i = 1, #gone, 1000 do
-    local chunk = {unpack(gone, i, math.min(i + 999, #gone))}
-    local vals = redis.call('HMGET', KEYS[2], unpack(chunk))
-    for _, v in ipairs(vals) do
+    local ids, fields = {}, {}
+    for j = i, math.min(i + 999, #gone) do
+      ids[#ids + 1] = gone[j]
+      fields[#fields + 1] = ':' .. gone[j]
+    end
+    for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(fields))) do
       if v then freed = freed + parse(v) end
     end
-    redis.call('HDEL', KEYS[2], unpack(chunk))
-    redis.call('ZREM', KEYS[1], unpack(chunk))
+    redis.call('HDEL', KEYS[2], unpack(fields))
+    redis.call('ZREM', KEYS[1], unpack(ids))
   end
-  if freed > 0 then
-    if redis.call('ZCARD', KEYS[1]) == 0 then
-      redis.call('HSET', KEYS[3], 'total', '0')
-    else
-      redis.call('HINCRBY', KEYS[3], 'total', -freed)
-    end
-  end
+  settle(redis.call('HINCRBY', KEYS[2], 'total', -freed))
   return freed
 end
 
--- Every key lives until the last lease expires and no longer, so an idle
--- semaphore leaves nothing behind. The token survives that because tokens
--- are never below the server time in microseconds.
-local function touch()
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', KEYS[1], KEYS[2])
-    redis.call('PEXPIRE', KEYS[3], 1000)
-    return
-  end
-  local at = fmt(tonumber(last[2]) + 1000)
-  redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[2], at)
-  redis.call('PEXPIREAT', KEYS[3], at)
+-- Both keys must outlive every lease, and no key may live forever. They
+-- are extended a TTL beyond the newest expiry, so most calls skip this;
+-- an idle semaphore disappears at most about two TTLs after its last use.
+-- Returns the new keyexp, or nil when the current one suffices.
+local function next_keyexp(exp, ttl, keyexp)
+  if exp + 1000 <= keyexp then return nil end
+  return fmt(exp + ttl + 1000)
 end
 
--- Wakes waiters in other processes: ARGV[n] is '', 'PUBLISH' or 'SPUBLISH'.
+local function expire_keys(at)
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+end
+
+-- Wakes waiters in other processes: cmd is '', 'PUBLISH' or 'SPUBLISH'.
 local function notify(cmd, channel, freed)
   if cmd ~= '' and freed > 0 then
     redis.call(cmd, channel, fmt(freed))

@@ -2,14 +2,18 @@
 local now_ms = math.floor(now_us() / 1000)
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES')
 local out = {}
+if #live == 0 then return out end
+local fields = {}
+for i = 1, #live, 2 do fields[#fields + 1] = ':' .. live[i] end
+local vals = redis.call('HMGET', KEYS[2], unpack(fields))
 for i = 1, #live, 2 do
-  local held = redis.call('HGET', KEYS[2], live[i])
-  if held then
-    local w, tok = parse(held)
-    table.insert(out, live[i])
-    table.insert(out, w)
-    table.insert(out, tok)
-    table.insert(out, tonumber(live[i + 1]) - now_ms)
+  local v = vals[(i + 1) / 2]
+  if v then
+    local w, tok = parse(v)
+    out[#out + 1] = live[i]
+    out[#out + 1] = w
+    out[#out + 1] = tok
+    out[#out + 1] = tonumber(live[i + 1]) - now_ms
   end
 end
 return out

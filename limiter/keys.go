@@ -5,7 +5,7 @@ import "strings"
 // keyspace names every key and the wake channel of one semaphore. They all
 // share one hash tag so each script touches a single Cluster slot.
 type keyspace struct {
-	keys    []string // leases, weights, meta: the KEYS of every script
+	keys    []string // leases (ZSET) and state (HASH): the KEYS of every script
 	channel string
 }
 
@@ -16,7 +16,7 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 func newKeyspace(prefix, name string) keyspace {
 	base := prefix + "{" + tagEscaper.Replace(name) + "}"
 	return keyspace{
-		keys:    []string{base + ":leases", base + ":weights", base + ":meta"},
+		keys:    []string{base + ":leases", base + ":state"},
 		channel: base + ":wake",
 	}
 }

@@ -224,7 +224,7 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	keys := existingKeys(t, rdb, prefix)
-	if len(keys) != 3 {
+	if len(keys) != 2 {
 		t.Fatalf("keys of a held semaphore: %v", keys)
 	}
 	for _, k := range keys {

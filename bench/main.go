@@ -1,0 +1,172 @@
+// Command bench runs redsem next to redsync and redislock on one Redis, in
+// one process, and prints a table with ratios against redsem:
+//
+//	cd bench && go run .
+//
+// It starts its own redis-server on a free loopback port unless REDIS_ADDR
+// is set. The same scenarios run as Go benchmarks: go test -bench . -run '^$'
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	nUnc := flag.Int("uncontended", 2000, "lock+unlock pairs per library, uncontended")
+	nCon := flag.Int("contended", 1000, "acquisitions per library, contended mutex")
+	nSem := flag.Int("semaphore", 2000, "acquisitions, semaphore")
+	capDur := flag.Duration("cap", 8*time.Second, "stop a contended run after this long (0 = never), reporting what it reached")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Stdout, *nUnc, *nCon, *nSem, *capDur); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.Duration) error {
+	srv, err := startRedis()
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	env, err := NewEnv(ctx, srv.Addr)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	info, _ := env.admin.Info(ctx, "server").Result()
+	fmt.Fprintf(out, "redis %s at %s (%s), Go %s, GOMAXPROCS %d, NumCPU %d\n",
+		infoField(info, "redis_version"), srv.Addr, map[bool]string{true: "REDIS_ADDR", false: "started by bench"}[srv.cmd == nil],
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Fprintf(out, "contended: %d workers, each loop lock -> hold %v -> unlock (-> think %v in %q); cap %v per run\n\n",
+		workers, hold, MutexThink.Think, MutexThink.Name, capDur)
+
+	begin := time.Now()
+	var results []Result
+	for _, lib := range UncontendedLibs {
+		r, err := RunUncontended(ctx, env, lib, nUnc, Timer{})
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	for _, sc := range []Contention{MutexLoop, MutexThink} {
+		for _, lib := range ContendedLibs {
+			r, err := RunContended(ctx, env, sc, lib, nCon, capDur, Timer{})
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+		}
+	}
+	r, err := RunContended(ctx, env, SemaphoreLoop, SemaphoreLib, nSem, capDur, Timer{})
+	if err != nil {
+		return err
+	}
+	results = append(results, r)
+
+	printTable(out, results)
+	printDetails(out, results)
+	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+func infoField(info, field string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+// printTable prints one row per run; ratios are against the "redsem" row
+// of the same scenario (>1 = more ops/s, or a longer gap, than redsem).
+func printTable(out io.Writer, rs []Result) {
+	ref := map[string]Result{}
+	for _, r := range rs {
+		if r.Lib.Name == "redsem" {
+			ref[r.Scenario] = r
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tlibrary\tn\tops/s\tµs/op\tgap p50\tgap p99\thandoff p50\thandoff p99\twait p50\twait p99\treacq %\tcmds/acq\tsrv calls/acq\tsrv µs/acq\tops/s ×redsem\tgap p50 ×redsem\t")
+	for _, r := range rs {
+		contended := r.Scenario != "uncontended"
+		mutex := contended && r.MaxHeld <= 1 && r.Scenario != SemaphoreLoop.Name
+		base, hasRef := ref[r.Scenario]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%s\t%s\t\n",
+			r.Scenario, r.Lib.Name, r.N, r.OpsPerSec(), us(r.PerOp()),
+			ifs(mutex, ms(r.GapP50)), ifs(mutex, ms(r.GapP99)),
+			ifs(mutex, ms(r.HandoffP50)), ifs(mutex, ms(r.HandoffP99)),
+			ifs(contended, ms(r.WaitP50)), ifs(contended, ms(r.WaitP99)),
+			ifs(mutex, fmt.Sprintf("%.0f", r.ReacquiredPct())),
+			r.ClientPerOp(), r.ServerPerOp(), r.ServerUsecPerOp(),
+			ifs(hasRef, fmt.Sprintf("%.2f", r.OpsPerSec()/base.OpsPerSec())),
+			ifs(hasRef && mutex && base.GapP50 > 0, fmt.Sprintf("%.2f", float64(r.GapP50)/float64(base.GapP50))))
+	}
+	_ = tw.Flush()
+}
+
+func printDetails(out io.Writer, rs []Result) {
+	fmt.Fprintln(out, `
+columns (times in ms unless µs): µs/op = wall time / n (contended: per acquisition,
+including the 1ms hold); gap = from a holder's unlock call to the next holder's lock
+returning; handoff = the same, only where the next holder is another worker; wait = lock
+call to return; reacq % = acquisitions that went straight back to the worker that had just
+released; cmds/acq = commands the clients sent (INFO commandstats: script calls, pub/sub,
+PING, plus a library's own plain commands); srv calls/acq = every command Redis ran,
+including those inside Lua scripts; srv µs/acq = Redis' own time in the client commands
+(commandstats usec; a script's includes its calls).`)
+	fmt.Fprintln(out, "\nconfigurations and commands (commandstats deltas):")
+	for _, r := range rs {
+		names := slices.Sorted(maps.Keys(r.PerName))
+		parts := make([]string, len(names))
+		for i, n := range names {
+			parts[i] = fmt.Sprintf("%s=%d", n, r.PerName[n])
+		}
+		fmt.Fprintf(out, "  %-16s  %-17s  %s\n  %37s%s\n", r.Scenario, r.Lib.Name, r.Lib.Config, "", strings.Join(parts, " "))
+		var notes []string
+		if r.GaveUp > 0 {
+			notes = append(notes, fmt.Sprintf("library gave up waiting %d times (retried)", r.GaveUp))
+		}
+		if r.Violations > 0 {
+			notes = append(notes, fmt.Sprintf("LIMIT EXCEEDED %d times", r.Violations))
+		}
+		if r.Scenario == SemaphoreLoop.Name {
+			notes = append(notes, fmt.Sprintf("max held at once %d", r.MaxHeld))
+		}
+		if !r.CountsAgree() {
+			notes = append(notes, fmt.Sprintf("WARNING: commandstats client count %d (+%d setup, %d pub/sub) != hook count %d",
+				r.ClientCmds, r.SetupCmds, r.PubSubCmds, r.HookCmds))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(out, "  %37s%s\n", "", strings.Join(notes, "; "))
+		}
+	}
+}
+
+func ifs(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return "-"
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }

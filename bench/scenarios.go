@@ -1,0 +1,672 @@
+package main
+
+// The scenarios, shared by main.go (one fixed-size run, printed as a table)
+// and bench_test.go (go test -bench, sized by b.N).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redsem/redsem/limiter"
+)
+
+const (
+	// lockTTL is the lease/lock lifetime for every library, so none has a
+	// cheaper expiry to manage.
+	lockTTL = 10 * time.Second
+	// hold is how long a contended holder keeps the lock.
+	hold = time.Millisecond
+	// workers is the number of goroutines competing in the contended and
+	// semaphore scenarios.
+	workers = 8
+	// semLimit is the permits of the semaphore scenario.
+	semLimit = 3
+)
+
+// errGaveUp is what a Locker returns when its library stopped waiting
+// (redsync ran out of tries, redislock's or redsem's wait timed out). The
+// contended scenarios count it and try again.
+var errGaveUp = errors.New("library gave up waiting")
+
+// Unlock releases what a Locker obtained.
+type Unlock func(ctx context.Context) error
+
+// Locker obtains the lock once (waiting, if the library's configuration
+// waits).
+type Locker func(ctx context.Context) (Unlock, error)
+
+// Lib is one library in one configuration.
+type Lib struct {
+	Name   string // row label
+	Config string // how it is set up, printed with the results
+	// Sends lists the plain commands the library sends itself, as Redis
+	// names them in INFO commandstats, besides the ones every library may
+	// send (see alwaysClient). Commands its Lua scripts call are counted by
+	// Redis under their own names too, so only a name no script of the
+	// library calls can be listed here.
+	Sends []string
+	// OwnClient gives every worker its own *redis.Client, as separate
+	// processes would have.
+	OwnClient bool
+	// New returns a Locker of the lock named key.
+	New func(rdb *redis.Client, key string) (Locker, error)
+}
+
+// alwaysClient are the commands that only ever come from a client: script
+// calls, pub/sub and PING. None of the libraries' scripts call them.
+var alwaysClient = []string{
+	"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro",
+	"subscribe", "ssubscribe", "psubscribe", "unsubscribe", "sunsubscribe", "punsubscribe",
+	"ping", "script|load",
+}
+
+// UncontendedLibs lock and unlock with one goroutine and nobody else on the
+// lock: one attempt each.
+var UncontendedLibs = []Lib{
+	{
+		Name:   "ping2",
+		Config: "baseline: 2 PINGs per op (2 round trips), same client",
+		New: func(rdb *redis.Client, _ string) (Locker, error) {
+			return func(ctx context.Context) (Unlock, error) {
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, nil
+			}, nil
+		},
+	},
+	{
+		Name:   "redsem",
+		Config: "Mutex TryAcquire + Release; TTL 10s, auto-refresh TTL/3",
+		New:    redsemTry(),
+	},
+	{
+		Name:   "redsem refresh-off",
+		Config: "Mutex TryAcquire + Release; TTL 10s, RefreshInterval(0)",
+		New:    redsemTry(limiter.RefreshInterval(0)),
+	},
+	{
+		Name:   "redsem Acquire",
+		Config: "Mutex Acquire (waiting API, free lock) + Release; TTL 10s",
+		New:    redsemWait(limiter.TTL(lockTTL)),
+	},
+	{
+		Name:   "redsync",
+		Config: "Mutex Lock + Unlock, 1 goredis/v9 pool, WithExpiry(10s)",
+		Sends:  []string{"set"},
+		New:    redsyncLock(redsync.WithExpiry(lockTTL)),
+	},
+	{
+		Name:   "redislock",
+		Config: "Obtain(ttl 10s, no retry) + Release",
+		New:    redislockObtain(nil),
+	},
+}
+
+// ContendedLibs wait for a held mutex.
+var ContendedLibs = []Lib{
+	{
+		Name:   "redsem",
+		Config: "Mutex Acquire (pub/sub wake-up) + Release; TTL 10s",
+		New:    redsemWait(),
+	},
+	{
+		Name:      "redsem 8 clients",
+		Config:    "as redsem, but each worker has its own go-redis client (like 8 processes: 8 subscriptions)",
+		OwnClient: true,
+		New:       redsemWait(),
+	},
+	{
+		Name:   "redsync default",
+		Config: "Lock, defaults: 32 tries, random 50-250ms retry delay; WithExpiry(10s)",
+		Sends:  []string{"set"},
+		New:    redsyncLock(redsync.WithExpiry(lockTTL)),
+	},
+	{
+		Name:   "redsync 10ms",
+		Config: "Lock, WithRetryDelay(10ms), WithTries(1000); WithExpiry(10s)",
+		Sends:  []string{"set"},
+		New:    redsyncLock(redsync.WithExpiry(lockTTL), redsync.WithRetryDelay(10*time.Millisecond), redsync.WithTries(1000)),
+	},
+	{
+		Name:   "redislock linear",
+		Config: "Obtain ttl 10s, RetryStrategy LinearBackoff(10ms)",
+		New:    redislockObtain(func() redislock.RetryStrategy { return redislock.LinearBackoff(10 * time.Millisecond) }),
+	},
+	{
+		Name:   "redislock exp",
+		Config: "Obtain ttl 10s, RetryStrategy ExponentialBackoff(16ms, 256ms)",
+		New: redislockObtain(func() redislock.RetryStrategy {
+			return redislock.ExponentialBackoff(16*time.Millisecond, 256*time.Millisecond)
+		}),
+	},
+}
+
+// SemaphoreLib is redsem's semaphore of semLimit permits (the peers have
+// no semaphore).
+var SemaphoreLib = Lib{
+	Name:   "redsem",
+	Config: fmt.Sprintf("Semaphore limit %d, Acquire + Release; TTL 10s", semLimit),
+	New: func(rdb *redis.Client, key string) (Locker, error) {
+		s, err := limiter.NewSemaphore(rdb, key, semLimit, limiter.TTL(lockTTL))
+		if err != nil {
+			return nil, err
+		}
+		return redsemLocker(s.Acquire), nil
+	},
+}
+
+func redsemTry(opts ...limiter.Option) func(*redis.Client, string) (Locker, error) {
+	return func(rdb *redis.Client, key string) (Locker, error) {
+		m, err := limiter.NewMutex(rdb, key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		return redsemLocker(m.TryAcquire), nil
+	}
+}
+
+func redsemWait(opts ...limiter.Option) func(*redis.Client, string) (Locker, error) {
+	return func(rdb *redis.Client, key string) (Locker, error) {
+		m, err := limiter.NewMutex(rdb, key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		return redsemLocker(m.Acquire), nil
+	}
+}
+
+func redsemLocker(acquire func(context.Context, ...limiter.AcquireOption) (*limiter.Lease, error)) Locker {
+	return func(ctx context.Context) (Unlock, error) {
+		l, err := acquire(ctx)
+		if errors.Is(err, limiter.ErrTimeout) {
+			return nil, errGaveUp
+		}
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	}
+}
+
+func redsyncLock(opts ...redsync.Option) func(*redis.Client, string) (Locker, error) {
+	return func(rdb *redis.Client, key string) (Locker, error) {
+		// A redsync.Mutex keeps the value it locked with, so each Locker
+		// (one per worker) has its own, as redsync's examples do.
+		m := redsync.New(goredis.NewPool(rdb)).NewMutex(key, opts...)
+		return func(ctx context.Context) (Unlock, error) {
+			err := m.LockContext(ctx)
+			var taken *redsync.ErrTaken
+			if errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) {
+				return nil, errGaveUp
+			}
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error {
+				ok, err := m.UnlockContext(ctx)
+				if err == nil && !ok {
+					err = errors.New("redsync: unlock reported not held")
+				}
+				return err
+			}, nil
+		}, nil
+	}
+}
+
+// redislockObtain waits with a fresh strategy from retry per Obtain (the
+// exponential one counts its attempts); nil retry means one attempt.
+func redislockObtain(retry func() redislock.RetryStrategy) func(*redis.Client, string) (Locker, error) {
+	return func(rdb *redis.Client, key string) (Locker, error) {
+		c := redislock.New(rdb)
+		return func(ctx context.Context) (Unlock, error) {
+			var opt *redislock.Options
+			if retry != nil {
+				opt = &redislock.Options{RetryStrategy: retry()}
+			}
+			// Without a deadline on ctx, Obtain gives up after the TTL.
+			l, err := c.Obtain(ctx, key, lockTTL, opt)
+			if retry != nil && (errors.Is(err, redislock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded)) {
+				return nil, errGaveUp
+			}
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		}, nil
+	}
+}
+
+// Env is one Redis and the clients the scenarios use on it.
+type Env struct {
+	Addr  string
+	admin *redis.Client // INFO only; not counted
+	sent  atomic.Int64  // commands passed through the counted clients' hooks
+	seq   atomic.Int64
+}
+
+func NewEnv(ctx context.Context, addr string) (*Env, error) {
+	e := &Env{Addr: addr, admin: redis.NewClient(&redis.Options{Addr: addr})}
+	if err := e.admin.Ping(ctx).Err(); err != nil {
+		e.admin.Close()
+		return nil, fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	return e, nil
+}
+
+func (e *Env) Close() { _ = e.admin.Close() }
+
+// newClient returns a client whose commands are counted by a hook, a
+// cross-check of the commandstats count.
+func (e *Env) newClient() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: e.Addr})
+	c.AddHook(countHook{&e.sent})
+	return c
+}
+
+// key returns a lock name used by no earlier run, so no state (keys,
+// lingering subscriptions) carries over between scenarios.
+func (e *Env) key(lib string) string {
+	return fmt.Sprintf("bench:%s:%d:%d", strings.ReplaceAll(lib, " ", "-"), time.Now().UnixNano(), e.seq.Add(1))
+}
+
+// countHook counts the commands a client sends, except connection setup
+// (HELLO, CLIENT SETINFO), which Redis 7.0 does not always count.
+type countHook struct{ n *atomic.Int64 }
+
+func setupCmd(name string) bool { return name == "hello" || name == "client" }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setupCmd(cmd.Name()) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if !setupCmd(c.Name()) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// commandStats reads calls and time per command from INFO commandstats.
+func (e *Env) commandStats(ctx context.Context) (map[string]cmdStat, error) {
+	info, err := e.admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(rest, ":")
+		var st cmdStat
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			var dst *int64
+			switch k {
+			case "calls":
+				dst = &st.calls
+			case "usec":
+				dst = &st.usec
+			default:
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("commandstats line %q: %v", line, err)
+			}
+			*dst = n
+		}
+		stats[strings.ToLower(name)] = st
+	}
+	return stats, nil
+}
+
+// counts is what a run cost Redis.
+type counts struct {
+	client  int64 // commands the clients sent (commandstats)
+	server  int64 // every command Redis ran, including inside scripts
+	usec    int64 // Redis time in the commands the clients sent (a script's includes its calls)
+	setup   int64 // connection setup (HELLO, CLIENT SETINFO): in neither client nor server
+	pubsub  int64 // (un)subscribe: in client, but not seen by the hooks
+	hook    int64 // commands the clients' hooks saw
+	perName map[string]int64
+}
+
+func (e *Env) snapshot(ctx context.Context) (map[string]cmdStat, int64, error) {
+	s, err := e.commandStats(ctx)
+	return s, e.sent.Load(), err
+}
+
+func (e *Env) diff(ctx context.Context, lib Lib, before map[string]cmdStat, hookBefore int64) (counts, error) {
+	after, hookAfter, err := e.snapshot(ctx)
+	if err != nil {
+		return counts{}, err
+	}
+	c := counts{hook: hookAfter - hookBefore, perName: map[string]int64{}}
+	for name, st := range after {
+		d := st.calls - before[name].calls
+		switch {
+		case d == 0 || name == "info" || strings.HasPrefix(name, "config|"):
+			continue
+		case name == "hello" || strings.HasPrefix(name, "client|"):
+			c.setup += d
+			continue
+		}
+		c.perName[name] = d
+		c.server += d
+		if slices.Contains(alwaysClient, name) || slices.Contains(lib.Sends, name) {
+			c.client += d
+			c.usec += st.usec - before[name].usec
+			if strings.Contains(name, "subscribe") {
+				c.pubsub += d
+			}
+		}
+	}
+	return c, nil
+}
+
+// Timer marks the measured part of a run (b.ResetTimer / b.StopTimer);
+// either func may be nil.
+type Timer struct{ Start, Stop func() }
+
+func (t Timer) start() {
+	if t.Start != nil {
+		t.Start()
+	}
+}
+
+func (t Timer) stop() {
+	if t.Stop != nil {
+		t.Stop()
+	}
+}
+
+// Result of one scenario run of one library.
+type Result struct {
+	Scenario string
+	Lib      Lib
+	N        int // acquisitions (lock+unlock pairs)
+	Elapsed  time.Duration
+	// Gap: from a holder's unlock call to the next holder's lock returning
+	// (mutex only). Handoff: the same, counting only the acquisitions by a
+	// worker other than the one that released.
+	GapP50, GapP99         time.Duration
+	HandoffP50, HandoffP99 time.Duration
+	WaitP50, WaitP99       time.Duration // lock call -> returned
+	Handoffs, Reacquired   int           // acquisitions by another / the same worker
+	GaveUp                 int64         // waits the library abandoned (retried)
+	Violations             int64         // acquisitions beyond the limit: must be 0
+	MaxHeld                int64
+	ClientCmds             int64
+	ServerCalls            int64
+	ServerUsec             int64
+	SetupCmds              int64
+	HookCmds               int64
+	PubSubCmds             int64
+	PerName                map[string]int64
+}
+
+func (r Result) OpsPerSec() float64 { return float64(r.N) / r.Elapsed.Seconds() }
+func (r Result) PerOp() time.Duration {
+	return r.Elapsed / time.Duration(max(r.N, 1))
+}
+func (r Result) ClientPerOp() float64 { return float64(r.ClientCmds) / float64(max(r.N, 1)) }
+func (r Result) ServerPerOp() float64 { return float64(r.ServerCalls) / float64(max(r.N, 1)) }
+func (r Result) ServerUsecPerOp() float64 {
+	return float64(r.ServerUsec) / float64(max(r.N, 1))
+}
+
+// ReacquiredPct is the share of acquisitions (after the first) that went
+// straight back to the worker that had just released.
+func (r Result) ReacquiredPct() float64 {
+	return 100 * float64(r.Reacquired) / float64(max(r.Reacquired+r.Handoffs, 1))
+}
+
+// CountsAgree cross-checks commandstats against the clients' hooks, which
+// do not see pub/sub commands (nor its health-check PINGs).
+func (r Result) CountsAgree() bool {
+	d := r.ClientCmds - r.PubSubCmds - r.HookCmds
+	return d >= 0 && d <= 2+r.HookCmds/100
+}
+
+func (r Result) withCounts(c counts) Result {
+	r.ClientCmds, r.ServerCalls, r.ServerUsec, r.SetupCmds = c.client, c.server, c.usec, c.setup
+	r.HookCmds, r.PubSubCmds, r.PerName = c.hook, c.pubsub, c.perName
+	return r
+}
+
+// RunUncontended does n lock+unlock pairs from one goroutine.
+func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (Result, error) {
+	rdb := e.newClient()
+	defer rdb.Close()
+	lock, err := lib.New(rdb, e.key(lib.Name))
+	if err != nil {
+		return Result{}, err
+	}
+	// Warm up: connection, script cache.
+	for range 3 {
+		if err := lockUnlock(ctx, lock); err != nil {
+			return Result{}, fmt.Errorf("%s warm-up: %w", lib.Name, err)
+		}
+	}
+	before, hookBefore, err := e.snapshot(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	t.start()
+	start := time.Now()
+	for i := range n {
+		if err := lockUnlock(ctx, lock); err != nil {
+			return Result{}, fmt.Errorf("%s op %d: %w", lib.Name, i, err)
+		}
+	}
+	elapsed := time.Since(start)
+	t.stop()
+	c, err := e.diff(ctx, lib, before, hookBefore)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Scenario: "uncontended", Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
+}
+
+func lockUnlock(ctx context.Context, lock Locker) error {
+	unlock, err := lock(ctx)
+	if err != nil {
+		return err
+	}
+	return unlock(ctx)
+}
+
+// Contention is a contended scenario: workers goroutines each loop
+// lock -> hold -> unlock -> think.
+type Contention struct {
+	Name  string
+	Limit int64         // permits of the lock: 1 for a mutex
+	Think time.Duration // pause after unlock before the next lock
+}
+
+var (
+	// MutexLoop is the plain loop: a worker asks again right after its
+	// unlock, so it competes with the waiters for the lock it just freed.
+	MutexLoop = Contention{Name: "contended mutex", Limit: 1}
+	// MutexThink pauses 2ms after each unlock, so the lock goes to a
+	// waiter unless a poller leaves it idle for 2ms.
+	MutexThink = Contention{Name: "mutex +2ms think", Limit: 1, Think: 2 * time.Millisecond}
+	// SemaphoreLoop is the plain loop on semLimit permits.
+	SemaphoreLoop = Contention{Name: fmt.Sprintf("semaphore %d/%d", semLimit, workers), Limit: semLimit}
+)
+
+// RunContended runs sc until n acquisitions were made in all, or maxDur
+// passed (0 = no cap); Result.N says how many were made.
+func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, maxDur time.Duration, t Timer) (Result, error) {
+	key := e.key(lib.Name)
+	shared := e.newClient()
+	defer shared.Close()
+	lockers := make([]Locker, workers)
+	for w := range lockers {
+		rdb := shared
+		if lib.OwnClient {
+			rdb = e.newClient()
+			defer rdb.Close()
+		}
+		l, err := lib.New(rdb, key)
+		if err != nil {
+			return Result{}, err
+		}
+		// Warm up each worker's connection and the script cache.
+		if err := lockUnlock(ctx, l); err != nil {
+			return Result{}, fmt.Errorf("%s warm-up: %w", lib.Name, err)
+		}
+		lockers[w] = l
+	}
+	before, hookBefore, err := e.snapshot(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+
+	var (
+		tickets, gaveUp, violations, held, maxHeld atomic.Int64
+		// lastRelease is when the last holder called unlock (ns since t0,
+		// +1 so that 0 means none yet), lastHolder which worker it was.
+		lastRelease, lastHolder atomic.Int64
+		mu                      sync.Mutex
+		gaps, handoffs, waits   []time.Duration
+		firstErr                error
+		wg                      sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	t.start()
+	t0 := time.Now()
+	deadline := time.Time{}
+	if maxDur > 0 {
+		deadline = t0.Add(maxDur)
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func(w int, lock Locker) {
+			defer wg.Done()
+			var myGaps, myHandoffs, myWaits []time.Duration
+			defer func() {
+				mu.Lock()
+				gaps, handoffs, waits = append(gaps, myGaps...), append(handoffs, myHandoffs...), append(waits, myWaits...)
+				mu.Unlock()
+			}()
+			for tickets.Add(1) <= int64(n) && (deadline.IsZero() || time.Now().Before(deadline)) {
+				asked := time.Now()
+				var unlock Unlock
+				for {
+					var err error
+					if unlock, err = lock(ctx); err == nil {
+						break
+					}
+					if !errors.Is(err, errGaveUp) || ctx.Err() != nil {
+						fail(fmt.Errorf("%s worker %d: %w", lib.Name, w, err))
+						return
+					}
+					gaveUp.Add(1)
+				}
+				got := time.Since(t0)
+				myWaits = append(myWaits, time.Since(asked))
+				if h := held.Add(1); h > sc.Limit {
+					violations.Add(1)
+				} else {
+					updateMax(&maxHeld, h)
+				}
+				if sc.Limit == 1 {
+					if lr := lastRelease.Load(); lr != 0 {
+						gap := got - time.Duration(lr-1)
+						myGaps = append(myGaps, gap)
+						if lastHolder.Load() != int64(w) {
+							myHandoffs = append(myHandoffs, gap)
+						}
+					}
+				}
+				time.Sleep(hold)
+				held.Add(-1)
+				if sc.Limit == 1 {
+					lastHolder.Store(int64(w))
+					lastRelease.Store(int64(time.Since(t0)) + 1)
+				}
+				if err := unlock(ctx); err != nil {
+					fail(fmt.Errorf("%s worker %d unlock: %w", lib.Name, w, err))
+					return
+				}
+				if sc.Think > 0 {
+					time.Sleep(sc.Think)
+				}
+			}
+		}(w, lockers[w])
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	t.stop()
+	if firstErr != nil {
+		return Result{}, firstErr
+	}
+	c, err := e.diff(ctx, lib, before, hookBefore)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{
+		Scenario: sc.Name, Lib: lib, N: len(waits), Elapsed: elapsed,
+		Handoffs: len(handoffs), Reacquired: len(gaps) - len(handoffs),
+		GaveUp: gaveUp.Load(), Violations: violations.Load(), MaxHeld: maxHeld.Load(),
+	}
+	r.GapP50, r.GapP99 = percentile(gaps, 50), percentile(gaps, 99)
+	r.HandoffP50, r.HandoffP99 = percentile(handoffs, 50), percentile(handoffs, 99)
+	r.WaitP50, r.WaitP99 = percentile(waits, 50), percentile(waits, 99)
+	return r.withCounts(c), nil
+}
+
+func updateMax(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// percentile returns the p-th percentile (nearest rank) of ds, 0 if empty.
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100 // ceil(len*p/100)
+	return s[max(i-1, 0)]
+}

@@ -1,0 +1,110 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+func TestBadInput(t *testing.T) {
+	// No command reaches Redis for bad input, so an unreachable address is
+	// enough and proves validation happens before any round trip.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	var nilClient *redis.Client
+	ctx := context.Background()
+
+	newSem := func(opts ...limiter.Option) func() error {
+		return func() error { _, err := limiter.NewSemaphore(rdb, "n", 3, opts...); return err }
+	}
+	sem, err := limiter.NewSemaphore(rdb, "n", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := limiter.Ticket{Name: "n", ID: "x", Weight: 1, Token: 7}
+	withTicket := func(mod func(*limiter.Ticket)) func() error {
+		return func() error {
+			tk := valid
+			mod(&tk)
+			_, err := sem.Resume(ctx, tk)
+			return err
+		}
+	}
+	cases := []struct {
+		name, arg string
+		call      func() error
+	}{
+		{"nil client", "rdb", func() error { _, err := limiter.NewSemaphore(nil, "n", 1); return err }},
+		{"typed nil client", "rdb", func() error { _, err := limiter.NewSemaphore(nilClient, "n", 1); return err }},
+		{"nil mutex client", "rdb", func() error { _, err := limiter.NewMutex(nil, "n"); return err }},
+		{"empty name", "name", func() error { _, err := limiter.NewSemaphore(rdb, "", 1); return err }},
+		{"empty mutex name", "name", func() error { _, err := limiter.NewMutex(rdb, ""); return err }},
+		{"limit 0", "limit", func() error { _, err := limiter.NewSemaphore(rdb, "n", 0); return err }},
+		{"negative limit", "limit", func() error { _, err := limiter.NewSemaphore(rdb, "n", -2); return err }},
+		{"TTL 0", "TTL", newSem(limiter.TTL(0))},
+		{"negative TTL", "TTL", newSem(limiter.TTL(-time.Second))},
+		{"TTL below 1ms", "TTL", newSem(limiter.TTL(time.Microsecond))},
+		{"refresh = TTL", "RefreshInterval", newSem(limiter.TTL(time.Second), limiter.RefreshInterval(time.Second))},
+		{"refresh > TTL", "RefreshInterval", newSem(limiter.TTL(time.Second), limiter.RefreshInterval(2*time.Second))},
+		{"negative refresh", "RefreshInterval", newSem(limiter.RefreshInterval(-1))},
+		{"negative acquire timeout", "AcquireTimeout", newSem(limiter.AcquireTimeout(-1))},
+		{"negative attempts", "AttemptsLimit", newSem(limiter.AttemptsLimit(-1))},
+		{"prefix with brace", "Prefix", newSem(limiter.Prefix("a{b"))},
+		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
+		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
+		{"weight 0", "Weight", func() error { _, err := sem.TryAcquire(ctx, limiter.Weight(0)); return err }},
+		{"weight above limit", "Weight", func() error { _, err := sem.Acquire(ctx, limiter.Weight(4)); return err }},
+		{"weight above limit in Do", "Weight", func() error {
+			return sem.Do(ctx, func(context.Context) error { return nil }, limiter.Weight(9))
+		}},
+		{"empty id", "ID", func() error { _, err := sem.TryAcquire(ctx, limiter.ID("")); return err }},
+		{"ticket garbage", "ticket", func() error { _, err := limiter.ParseTicket("hello"); return err }},
+		{"ticket bad weight", "ticket", func() error {
+			_, err := limiter.ParseTicket("redsem1:id=x&name=n&token=1&weight=w")
+			return err
+		}},
+		{"ticket bad token", "ticket", func() error {
+			_, err := limiter.ParseTicket("redsem1:id=x&name=n&token=&weight=1")
+			return err
+		}},
+		{"ticket without id", "ticket", func() error {
+			_, err := limiter.ParseTicket("redsem1:name=n&token=1&weight=1")
+			return err
+		}},
+		{"ticket of another name", "ticket", withTicket(func(tk *limiter.Ticket) { tk.Name = "other" })},
+		{"ticket weight 0", "ticket", withTicket(func(tk *limiter.Ticket) { tk.Weight = 0 })},
+		{"ticket token 0", "ticket", withTicket(func(tk *limiter.Ticket) { tk.Token = 0 })},
+		{"ticket without name", "ticket", func() error {
+			tk := valid
+			tk.Name = ""
+			return sem.ReleaseTicket(ctx, tk)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			var arg *limiter.ArgumentError
+			if !errors.Is(err, limiter.ErrInvalidArgument) || !errors.As(err, &arg) || arg.Arg != c.arg {
+				t.Fatalf("want an ArgumentError for %q, got %v", c.arg, err)
+			}
+		})
+	}
+}
+
+func TestTicketText(t *testing.T) {
+	in := limiter.Ticket{Name: "exports {nightly} & more=1", ID: "id/with?odd&chars", Weight: 3, Token: 1763769600123456}
+	out, err := limiter.ParseTicket(in.String())
+	if err != nil || out != in {
+		t.Fatalf("round trip: %+v, %v", out, err)
+	}
+	var viaText limiter.Ticket
+	b, _ := in.MarshalText()
+	if err := viaText.UnmarshalText(b); err != nil || viaText != in {
+		t.Fatalf("text round trip: %+v, %v", viaText, err)
+	}
+}
