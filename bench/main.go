@@ -57,12 +57,20 @@ func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.D
 
 	begin := time.Now()
 	var results []Result
-	for _, lib := range UncontendedLibs {
-		r, err := RunUncontended(ctx, env, lib, nUnc, Timer{})
-		if err != nil {
-			return err
+	// Interleaved rounds, so a burst of load from elsewhere on the machine
+	// hits every library alike; the median round counts.
+	rounds := make([][]Result, len(UncontendedLibs))
+	for range uncontendedRounds {
+		for i, lib := range UncontendedLibs {
+			r, err := RunUncontended(ctx, env, lib, max(nUnc/uncontendedRounds, 1), Timer{})
+			if err != nil {
+				return err
+			}
+			rounds[i] = append(rounds[i], r)
 		}
-		results = append(results, r)
+	}
+	for _, rs := range rounds {
+		results = append(results, medianRound(rs))
 	}
 	for _, sc := range []Contention{MutexLoop, MutexThink} {
 		for _, lib := range ContendedLibs {
@@ -83,6 +91,35 @@ func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.D
 	printDetails(out, results)
 	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
 	return nil
+}
+
+const uncontendedRounds = 5
+
+// medianRound sums the rounds' counts and takes the median round's time
+// per op.
+func medianRound(rs []Result) Result {
+	perOp := make([]time.Duration, len(rs))
+	sum := rs[0]
+	sum.PerName = maps.Clone(sum.PerName)
+	for i, r := range rs {
+		perOp[i] = r.PerOp()
+		if i == 0 {
+			continue
+		}
+		sum.N += r.N
+		sum.ClientCmds += r.ClientCmds
+		sum.ServerCalls += r.ServerCalls
+		sum.ServerUsec += r.ServerUsec
+		sum.SetupCmds += r.SetupCmds
+		sum.HookCmds += r.HookCmds
+		sum.PubSubCmds += r.PubSubCmds
+		for k, v := range r.PerName {
+			sum.PerName[k] += v
+		}
+	}
+	slices.Sort(perOp)
+	sum.Elapsed = perOp[len(perOp)/2] * time.Duration(sum.N)
+	return sum
 }
 
 func infoField(info, field string) string {
@@ -123,15 +160,21 @@ func printTable(out io.Writer, rs []Result) {
 }
 
 func printDetails(out io.Writer, rs []Result) {
-	fmt.Fprintln(out, `
-columns (times in ms unless µs): µs/op = wall time / n (contended: per acquisition,
-including the 1ms hold); gap = from a holder's unlock call to the next holder's lock
-returning; handoff = the same, only where the next holder is another worker; wait = lock
-call to return; reacq % = acquisitions that went straight back to the worker that had just
-released; cmds/acq = commands the clients sent (INFO commandstats: script calls, pub/sub,
-PING, plus a library's own plain commands); srv calls/acq = every command Redis ran,
-including those inside Lua scripts; srv µs/acq = Redis' own time in the client commands
-(commandstats usec; a script's includes its calls).`)
+	fmt.Fprintf(out, `
+columns (times in ms unless µs):
+  µs/op          wall time / n; uncontended: median of %d interleaved rounds; contended:
+                 per acquisition, including the %v hold
+  gap            from a holder's unlock call to the next holder's lock returning
+  handoff        the same, only where the next holder is another worker
+  wait           lock call to return
+  reacq %%        acquisitions that went straight back to the worker that had just released
+  cmds/acq       commands the clients sent (INFO commandstats: script calls, pub/sub, PING,
+                 plus a library's own plain commands such as redsync's SET)
+  srv calls/acq  every command Redis ran, including those inside Lua scripts
+  srv µs/acq     Redis' time in the clients' commands (commandstats usec; a script's
+                 includes its calls; wall time, so inflated when Redis is descheduled)
+  ×redsem        ratio to the "redsem" row of the same scenario
+`, uncontendedRounds, hold)
 	fmt.Fprintln(out, "\nconfigurations and commands (commandstats deltas):")
 	for _, r := range rs {
 		names := slices.Sorted(maps.Keys(r.PerName))

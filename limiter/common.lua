@@ -68,8 +68,10 @@ local function expire_keys(at)
 end
 
 -- Wakes waiters in other processes: cmd is '', 'PUBLISH' or 'SPUBLISH'.
-local function notify(cmd, channel, freed)
+-- The payload names the releasing process, which woke its own waiters
+-- already and ignores the message.
+local function notify(cmd, channel, freed, origin)
   if cmd ~= '' and freed > 0 then
-    redis.call(cmd, channel, fmt(freed))
+    redis.call(cmd, channel, fmt(freed) .. ':' .. origin)
   end
 end

@@ -4,8 +4,11 @@ import (
 	"container/list"
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // subscriptionLinger keeps a subscription open this long after its last
@@ -17,6 +20,7 @@ const subscriptionLinger = 30 * time.Second
 // a store, and wakes only as many of them as a release freed permits for.
 type hub struct {
 	st     store
+	origin string // names this hub in wake messages
 	mu     sync.Mutex
 	topics map[string]*topic
 }
@@ -38,7 +42,9 @@ type waiter struct {
 	wake   chan struct{}
 }
 
-func newHub(st store) *hub { return &hub{st: st, topics: map[string]*topic{}} }
+func newHub(st store) *hub {
+	return &hub{st: st, origin: uuid.NewString(), topics: map[string]*topic{}}
+}
 
 // join registers a waiter before its next attempt, so no release between
 // that attempt and the wait can be missed. It returns once the channel's
@@ -91,28 +97,47 @@ func (h *hub) open(t *topic) {
 	}
 }
 
-// dispatch wakes, in arrival order, the waiters whose weights fit in the
-// permits a message says were freed (at least the first waiter).
+// dispatch handles wake messages "<permits freed>:<origin>"; releases by
+// this process were handled when they happened.
 func (h *hub) dispatch(t *topic) {
 	for msg := range t.sub.messages() {
-		freed, err := strconv.ParseInt(msg.Payload, 10, 64)
+		n, origin, _ := strings.Cut(msg.Payload, ":")
+		if origin == h.origin {
+			continue
+		}
+		freed, err := strconv.ParseInt(n, 10, 64)
 		if err != nil || freed < 1 {
 			freed = 1
 		}
 		h.mu.Lock()
-		woken := false
-		for e := t.waiters.Front(); e != nil && freed > 0; e = e.Next() {
-			w := e.Value.(*waiter)
-			if w.weight <= freed {
-				w.signal()
-				freed -= w.weight
-				woken = true
-			}
-		}
-		if !woken && t.waiters.Len() > 0 {
-			t.waiters.Front().Value.(*waiter).signal()
-		}
+		h.wakeLocked(t, freed)
 		h.mu.Unlock()
+	}
+}
+
+// wake wakes local waiters of channel for freed permits.
+func (h *hub) wake(channel string, freed int64) {
+	h.mu.Lock()
+	if t := h.topics[channel]; t != nil {
+		h.wakeLocked(t, freed)
+	}
+	h.mu.Unlock()
+}
+
+// wakeLocked wakes, in arrival order, the waiters whose weights fit in the
+// freed permits, and at least the first waiter.
+func (h *hub) wakeLocked(t *topic, freed int64) {
+	woken := false
+	for e := t.waiters.Front(); e != nil && freed > 0; e = e.Next() {
+		w := e.Value.(*waiter)
+		if w.weight <= freed {
+			w.signal()
+			freed -= w.weight
+			woken = true
+		}
+	}
+	if !woken && t.waiters.Len() > 0 {
+		t.waiters.Front().Value.(*waiter).signal()
 	}
 }
 

@@ -116,7 +116,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // holder's lease is never touched.
 func (l *Lease) Release(ctx context.Context) error {
 	l.end(errReleased, false)
-	n, err := l.sem.st.release(ctx, l.sem.keys, l.id, l.token)
+	n, err := l.sem.release(ctx, l.id, l.token)
 	if err != nil {
 		return redisError("release", l.sem.name, err)
 	}

@@ -1,4 +1,4 @@
--- ARGV: id, token ('' = any), notify command ('', 'PUBLISH', 'SPUBLISH'), channel
+-- ARGV: id, token ('' = any), notify command ('', 'PUBLISH', 'SPUBLISH'), channel, origin
 -- Returns the permits the lease held, or 0 when it was not held (expired,
 -- released, or another incarnation of the same id).
 local id, want = ARGV[1], ARGV[2]
@@ -14,6 +14,6 @@ redis.call('HDEL', KEYS[2], field)
 settle(redis.call('HINCRBY', KEYS[2], 'total', -w))
 -- An expired lease is removed all the same (its permits were free for
 -- the taking already), but it was not held.
-notify(ARGV[3], ARGV[4], w)
+notify(ARGV[3], ARGV[4], w, ARGV[5])
 if expired then return 0 end
 return w

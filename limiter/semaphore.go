@@ -255,7 +255,18 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 func (s *Semaphore) forget(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ttl)
 	defer cancel()
-	_, _ = s.st.release(ctx, s.keys, id, "")
+	_, _ = s.release(ctx, id, "")
+}
+
+// release runs the release script and wakes this process's own waiters at
+// once, without waiting for the pub/sub message to come back.
+func (s *Semaphore) release(ctx context.Context, id, token string) (int64, error) {
+	hub := s.shared.hub
+	n, err := s.st.release(ctx, s.keys, id, token, hub.origin)
+	if n > 0 {
+		hub.wake(s.keys.channel, n)
+	}
+	return n, err
 }
 
 // Resume adopts a lease acquired by another process (the handoff): if it
@@ -286,7 +297,7 @@ func (s *Semaphore) ReleaseTicket(ctx context.Context, t Ticket) error {
 	if err := s.checkTicket(t); err != nil {
 		return err
 	}
-	n, err := s.st.release(ctx, s.keys, t.ID, fmt.Sprint(t.Token))
+	n, err := s.release(ctx, t.ID, fmt.Sprint(t.Token))
 	if err != nil {
 		return redisError("release", s.name, err)
 	}

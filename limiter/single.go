@@ -99,8 +99,8 @@ func parseRefresh(c *redis.Cmd) refreshReply {
 	return refreshReply{held: true, weight: w, token: tok}
 }
 
-func (s *redisStore) release(ctx context.Context, k keyspace, id, token string) (int64, error) {
-	return releaseScript.Run(ctx, s.rdb, k.keys, id, token, s.publish, k.channel).Int64()
+func (s *redisStore) release(ctx context.Context, k keyspace, id, token, origin string) (int64, error) {
+	return releaseScript.Run(ctx, s.rdb, k.keys, id, token, s.publish, k.channel, origin).Int64()
 }
 
 func (s *redisStore) holders(ctx context.Context, k keyspace) ([]Holder, error) {

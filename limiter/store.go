@@ -18,9 +18,10 @@ type store interface {
 	// refresh extends many leases (of any names) in as few round trips as
 	// the store can; replies are in the order of reqs.
 	refresh(ctx context.Context, reqs []refreshRequest) []refreshReply
-	// release removes a lease and wakes waiters; it reports the permits
-	// freed, 0 when the lease was not held.
-	release(ctx context.Context, k keyspace, id, token string) (int64, error)
+	// release removes a lease and wakes waiters of other processes (those
+	// whose hub is not origin); it reports the permits freed, 0 when the
+	// lease was not held.
+	release(ctx context.Context, k keyspace, id, token, origin string) (int64, error)
 	holders(ctx context.Context, k keyspace) ([]Holder, error)
 	// subscribe opens a subscription to a wake channel; it returns once
 	// Redis confirmed it.
