@@ -524,7 +524,10 @@ var (
 )
 
 // RunContended runs sc until n acquisitions were made in all, or maxDur
-// passed (0 = no cap); Result.N says how many were made.
+// passed (0 = no cap), then cancels the workers still waiting; Result.N
+// says how many were made. Waits cut short that way count in the wait
+// percentiles with the time waited so far (a lower bound), so a library
+// that starves a waiter cannot hide it by leaving it waiting at the end.
 func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, maxDur time.Duration, t Timer) (Result, error) {
 	key := e.key(lib.Name)
 	shared := e.newClient()
@@ -552,13 +555,14 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 	}
 
 	var (
-		tickets, gaveUp, violations, held, maxHeld atomic.Int64
+		acquired, gaveUp, violations, held, maxHeld atomic.Int64
 		// lastRelease is when the last holder called unlock (ns since t0,
 		// +1 so that 0 means none yet), lastHolder which worker it was.
 		lastRelease, lastHolder atomic.Int64
 		mu                      sync.Mutex
 		gaps, handoffs, waits   []time.Duration
 		firstErr                error
+		elapsed                 time.Duration
 		wg                      sync.WaitGroup
 	)
 	fail := func(err error) {
@@ -570,10 +574,21 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 	}
 	t.start()
 	t0 := time.Now()
-	deadline := time.Time{}
-	if maxDur > 0 {
-		deadline = t0.Add(maxDur)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
+	finish := func() {
+		once.Do(func() {
+			elapsed = time.Since(t0)
+			cancel()
+		})
 	}
+	if maxDur > 0 {
+		stop := time.AfterFunc(maxDur, finish)
+		defer stop.Stop()
+	}
+	// Unlocks are not cut short: a lease left behind would only expire.
+	unlockCtx := context.WithoutCancel(ctx)
 	for w := range workers {
 		wg.Add(1)
 		go func(w int, lock Locker) {
@@ -584,21 +599,31 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 				gaps, handoffs, waits = append(gaps, myGaps...), append(handoffs, myHandoffs...), append(waits, myWaits...)
 				mu.Unlock()
 			}()
-			for tickets.Add(1) <= int64(n) && (deadline.IsZero() || time.Now().Before(deadline)) {
+			for runCtx.Err() == nil {
 				asked := time.Now()
 				var unlock Unlock
 				for {
 					var err error
-					if unlock, err = lock(ctx); err == nil {
+					if unlock, err = lock(runCtx); err == nil {
 						break
 					}
-					if !errors.Is(err, errGaveUp) || ctx.Err() != nil {
+					if runCtx.Err() != nil { // the run is over: a censored wait
+						myWaits = append(myWaits, time.Since(asked))
+						return
+					}
+					if !errors.Is(err, errGaveUp) {
 						fail(fmt.Errorf("%s worker %d: %w", lib.Name, w, err))
+						finish()
 						return
 					}
 					gaveUp.Add(1)
 				}
 				got := time.Since(t0)
+				count := acquired.Add(1)
+				if count > int64(n) { // another worker made the n-th meanwhile
+					_ = unlock(unlockCtx)
+					return
+				}
 				myWaits = append(myWaits, time.Since(asked))
 				if h := held.Add(1); h > sc.Limit {
 					violations.Add(1)
@@ -620,8 +645,13 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 					lastHolder.Store(int64(w))
 					lastRelease.Store(int64(time.Since(t0)) + 1)
 				}
-				if err := unlock(ctx); err != nil {
+				if err := unlock(unlockCtx); err != nil {
 					fail(fmt.Errorf("%s worker %d unlock: %w", lib.Name, w, err))
+					finish()
+					return
+				}
+				if count == int64(n) {
+					finish()
 					return
 				}
 				if sc.Think > 0 {
@@ -631,7 +661,6 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 		}(w, lockers[w])
 	}
 	wg.Wait()
-	elapsed := time.Since(t0)
 	t.stop()
 	if firstErr != nil {
 		return Result{}, firstErr
@@ -641,7 +670,7 @@ func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, ma
 		return Result{}, err
 	}
 	r := Result{
-		Scenario: sc.Name, Lib: lib, N: len(waits), Elapsed: elapsed,
+		Scenario: sc.Name, Lib: lib, N: int(min(acquired.Load(), int64(n))), Elapsed: elapsed,
 		Handoffs: len(handoffs), Reacquired: len(gaps) - len(handoffs),
 		GaveUp: gaveUp.Load(), Violations: violations.Load(), MaxHeld: maxHeld.Load(),
 	}

@@ -22,11 +22,20 @@ import (
 
 // The multi-process tests re-run this test binary as workers: TestMain
 // turns into the worker when REDSEM_CHILD is set.
+// The runnable Examples find their server in REDIS_ADDR.
 func TestMain(m *testing.M) {
 	if os.Getenv("REDSEM_CHILD") != "" {
 		os.Exit(runChild())
 	}
-	os.Exit(m.Run())
+	addr, stop, err := redistest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", addr)
+	code := m.Run()
+	stop()
+	os.Exit(code)
 }
 
 func childClient() redis.UniversalClient {
