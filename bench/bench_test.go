@@ -88,6 +88,7 @@ func benchContended(b *testing.B, sc Contention, libs []Lib) {
 				b.ReportMetric(r.ReacquiredPct(), "reacq-%")
 			}
 			b.ReportMetric(msf(r.WaitP99), "wait-p99-ms")
+			b.ReportMetric(msf(r.WaitMax), "wait-max-ms")
 			reportCounts(b, r, "acq")
 		})
 	}

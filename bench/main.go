@@ -141,16 +141,16 @@ func printTable(out io.Writer, rs []Result) {
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tlibrary\tn\tops/s\tµs/op\tgap p50\tgap p99\thandoff p50\thandoff p99\twait p50\twait p99\treacq %\tcmds/acq\tsrv calls/acq\tsrv µs/acq\tops/s ×redsem\tgap p50 ×redsem\t")
+	fmt.Fprintln(tw, "scenario\tlibrary\tn\tops/s\tµs/op\tgap p50\tgap p99\thandoff p50\thandoff p99\twait p50\twait p99\twait max\treacq %\tcmds/acq\tsrv calls/acq\tsrv µs/acq\tops/s ×redsem\tgap p50 ×redsem\t")
 	for _, r := range rs {
 		contended := r.Scenario != "uncontended"
 		mutex := contended && r.MaxHeld <= 1 && r.Scenario != SemaphoreLoop.Name
 		base, hasRef := ref[r.Scenario]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%s\t%s\t\n",
 			r.Scenario, r.Lib.Name, r.N, r.OpsPerSec(), us(r.PerOp()),
 			ifs(mutex, ms(r.GapP50)), ifs(mutex, ms(r.GapP99)),
 			ifs(mutex, ms(r.HandoffP50)), ifs(mutex, ms(r.HandoffP99)),
-			ifs(contended, ms(r.WaitP50)), ifs(contended, ms(r.WaitP99)),
+			ifs(contended, ms(r.WaitP50)), ifs(contended, ms(r.WaitP99)), ifs(contended, ms(r.WaitMax)),
 			ifs(mutex, fmt.Sprintf("%.0f", r.ReacquiredPct())),
 			r.ClientPerOp(), r.ServerPerOp(), r.ServerUsecPerOp(),
 			ifs(hasRef, fmt.Sprintf("%.2f", r.OpsPerSec()/base.OpsPerSec())),
@@ -166,7 +166,8 @@ columns (times in ms unless µs):
                  per acquisition, including the %v hold
   gap            from a holder's unlock call to the next holder's lock returning
   handoff        the same, only where the next holder is another worker
-  wait           lock call to return
+  wait           lock call to return; waits still going when the run ended count with the
+                 time waited so far
   reacq %%        acquisitions that went straight back to the worker that had just released
   cmds/acq       commands the clients sent (INFO commandstats: script calls, pub/sub, PING,
                  plus a library's own plain commands such as redsync's SET)
@@ -186,6 +187,9 @@ columns (times in ms unless µs):
 		var notes []string
 		if r.GaveUp > 0 {
 			notes = append(notes, fmt.Sprintf("library gave up waiting %d times (retried)", r.GaveUp))
+		}
+		if r.Unfinished > 0 {
+			notes = append(notes, fmt.Sprintf("%d workers still waiting when the run ended", r.Unfinished))
 		}
 		if r.Violations > 0 {
 			notes = append(notes, fmt.Sprintf("LIMIT EXCEEDED %d times", r.Violations))

@@ -1,4 +1,6 @@
--- ARGV: limit, weight, ttl_ms, id
+-- ARGV: limit, weight, ttl_ms, id, proposed token ('' = use the server clock)
+-- A quorum proposes the token (the client clock) so that its nodes, whose
+-- clocks differ, agree on it unless one has seen a later token.
 -- Returns {1, token, weight} when granted (or when id already holds a lease:
 -- that lease, refreshed), else {0, ms until the earliest lease expires, permits in use}.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -28,7 +30,7 @@ if mine or total + weight > limit then
 end
 
 if total + weight <= limit then
-  local tok = fmt(math.max(last + 1, now))
+  local tok = fmt(math.max(last + 1, tonumber(ARGV[5]) or now))
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok, 'total', fmt(total + weight), 'token', tok,

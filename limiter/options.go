@@ -20,6 +20,7 @@ type config struct {
 	metrics        *Collector
 	logger         *slog.Logger
 	clockDrift     float64
+	nodeTimeout    time.Duration
 }
 
 const (
@@ -81,6 +82,11 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 // of loss before anyone else can take the permit.
 func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } }
 
+// NodeTimeout bounds each node's answer on a Redlock semaphore (default
+// TTL/10, at most 500ms): a slow or paused node is counted as failed
+// rather than holding up the quorum. It must be less than the TTL.
+func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+
 func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
@@ -107,6 +113,12 @@ func (c *config) validate() error {
 	}
 	if c.clockDrift < 0 || c.clockDrift >= 0.5 {
 		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
+	}
+	if c.nodeTimeout == 0 {
+		c.nodeTimeout = min(c.ttl/10, 500*time.Millisecond)
+	}
+	if c.nodeTimeout < 0 || c.nodeTimeout >= c.ttl {
+		return argError("NodeTimeout", c.nodeTimeout, "must be > 0 and < TTL "+c.ttl.String())
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -46,6 +46,16 @@ func childClient() redis.UniversalClient {
 	return redis.NewClient(&redis.Options{Addr: addrs[0]})
 }
 
+// childNodes are the Redlock nodes; the observer counter lives on the
+// first address (childClient).
+func childNodes() []redis.UniversalClient {
+	var nodes []redis.UniversalClient
+	for _, a := range strings.Split(os.Getenv("REDSEM_TEST_ADDRS"), ",") {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: a}))
+	}
+	return nodes
+}
+
 // runChild hammers a semaphore from 8 goroutines. After each acquisition
 // it adds its weight to an observer counter in Redis that the library does
 // not know about, and counts a violation whenever that sum exceeds the
@@ -58,7 +68,14 @@ func runChild() int {
 	maxWeight, _ := strconv.ParseInt(os.Getenv("REDSEM_MAX_WEIGHT"), 10, 64)
 	rounds, _ := strconv.Atoi(os.Getenv("REDSEM_ROUNDS"))
 	obs, violations := "obs:{"+name+"}", "violations:{"+name+"}"
-	sem, err := limiter.NewSemaphore(rdb, name, limit, limiter.TTL(5*time.Second), limiter.AcquireTimeout(time.Minute))
+	opts := []limiter.Option{limiter.TTL(5 * time.Second), limiter.AcquireTimeout(time.Minute)}
+	var sem *limiter.Semaphore
+	var err error
+	if os.Getenv("REDSEM_TEST_REDLOCK") != "" {
+		sem, err = limiter.NewRedlockSemaphore(childNodes(), name, limit, opts...)
+	} else {
+		sem, err = limiter.NewSemaphore(rdb, name, limit, opts...)
+	}
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

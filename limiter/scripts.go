@@ -21,9 +21,12 @@ var (
 	releaseLua string
 	//go:embed holders.lua
 	holdersLua string
+	//go:embed settoken.lua
+	setTokenLua string
 
-	acquireScript = redis.NewScript(commonLua + acquireLua)
-	refreshScript = redis.NewScript(commonLua + refreshLua)
-	releaseScript = redis.NewScript(commonLua + releaseLua)
-	holdersScript = redis.NewScript(commonLua + holdersLua)
+	acquireScript  = redis.NewScript(commonLua + acquireLua)
+	refreshScript  = redis.NewScript(commonLua + refreshLua)
+	releaseScript  = redis.NewScript(commonLua + releaseLua)
+	holdersScript  = redis.NewScript(commonLua + holdersLua)
+	setTokenScript = redis.NewScript(commonLua + setTokenLua)
 )

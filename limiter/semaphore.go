@@ -47,10 +47,12 @@ func NewSemaphore(rdb redis.UniversalClient, name string, limit int64, opts ...O
 	if isNil(rdb) {
 		return nil, argError("rdb", rdb, "must not be nil")
 	}
-	return newSemaphore(newRedisStore(rdb), name, limit, opts)
+	return newSemaphore(name, limit, opts, func(*config) store { return newRedisStore(rdb) })
 }
 
-func newSemaphore(st store, name string, limit int64, opts []Option) (*Semaphore, error) {
+// newSemaphore validates the arguments, then opens the store with the
+// validated configuration.
+func newSemaphore(name string, limit int64, opts []Option, open func(*config) store) (*Semaphore, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
@@ -66,6 +68,7 @@ func newSemaphore(st store, name string, limit int64, opts []Option) (*Semaphore
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	st := open(&cfg)
 	return &Semaphore{
 		name: name, limit: limit, cfg: cfg,
 		keys: newKeyspace(cfg.prefix, name), st: st, shared: sharedFor(st),

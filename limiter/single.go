@@ -31,7 +31,7 @@ func newRedisStore(rdb redis.UniversalClient) *redisStore {
 func (s *redisStore) identity() any { return s.rdb }
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
-	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id).Slice()
+	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}

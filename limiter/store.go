@@ -38,11 +38,12 @@ type subscription interface {
 }
 
 type acquireRequest struct {
-	limit   int64
-	weight  int64
-	ttl     time.Duration
-	id      string
-	idGiven bool
+	limit    int64
+	weight   int64
+	ttl      time.Duration
+	id       string
+	idGiven  bool
+	proposed string // fencing token a quorum proposes; "" = server clock
 }
 
 type acquireReply struct {

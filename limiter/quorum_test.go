@@ -1,0 +1,390 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+type quorum struct {
+	servers []*redistest.Server
+	nodes   []redis.UniversalClient
+}
+
+func startQuorum(t *testing.T, n int) quorum {
+	q := quorum{servers: redistest.StartNodes(t, n)}
+	for _, s := range q.servers {
+		q.nodes = append(q.nodes, s.Client(t))
+	}
+	return q
+}
+
+func (q quorum) addrs() []string {
+	var a []string
+	for _, s := range q.servers {
+		a = append(a, s.Addr())
+	}
+	return a
+}
+
+// leaseCount is how many leases node i holds for the semaphore (its
+// sorted set), read straight from Redis.
+func leaseCount(t *testing.T, q quorum, i int, prefix string) int64 {
+	t.Helper()
+	keys, err := q.nodes[i].Keys(context.Background(), prefix+"*:leases").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, k := range keys {
+		n += q.nodes[i].ZCard(context.Background(), k).Val()
+	}
+	return n
+}
+
+func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
+	for _, nodes := range []int{3, 4} {
+		t.Run(fmt.Sprintf("%dnodes", nodes), func(t *testing.T) {
+			q := startQuorum(t, nodes)
+			b := backend{
+				kind:   "redlock",
+				client: func(t testing.TB) redis.UniversalClient { return q.servers[0].Client(t) },
+				env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(q.addrs(), ","), "REDSEM_TEST_REDLOCK=1"},
+			}
+			t.Run("limit2", func(t *testing.T) { runProcesses(t, b, 2, 1) })
+			t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1) })
+			t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5) })
+		})
+	}
+}
+
+func TestRedlockBasics(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := limiter.NewRedlockSemaphore(q.nodes, "basics", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := sem.TryAcquire(ctx, limiter.ID("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := sem.TryAcquire(ctx, limiter.ID("a"))
+	if err != nil || again.Token() != a.Token() {
+		t.Fatalf("idempotent acquire on a quorum: %v, token %d vs %d", err, again.Token(), a.Token())
+	}
+	b, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("tokens %d then %d", a.Token(), b.Token())
+	}
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("full: %v", err)
+	}
+	if n, err := sem.Available(ctx); err != nil || n != 0 {
+		t.Fatalf("Available %d, %v", n, err)
+	}
+	if err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := sem.Do(ctx, func(context.Context) error { return nil }, limiter.Weight(1))
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One node stopped: a mutex on 3 nodes (quorum 2) and a limit-2 semaphore
+// on 4 nodes (quorum 3) keep working; the node restarted empty cannot let
+// anyone over the limit.
+func TestRedlockOneNodeDown(t *testing.T) {
+	t.Run("mutex3nodes", func(t *testing.T) { testOneNodeDown(t, 3, 1) })
+	t.Run("limit2on4nodes", func(t *testing.T) { testOneNodeDown(t, 4, 2) })
+}
+
+func testOneNodeDown(t *testing.T, nodes int, limit int64) {
+	q := startQuorum(t, nodes)
+	ctx := ctxT(t, 30*time.Second)
+	down := nodes - 1
+	opts := []limiter.Option{limiter.TTL(2 * time.Second), limiter.Prefix("down1:")}
+	sem, err := limiter.NewRedlockSemaphore(q.nodes, "one-down", limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []*limiter.Lease
+	for range limit - 1 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, l)
+	}
+	q.servers[down].Stop(t)
+
+	l, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire with one node down: %v", err)
+	}
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatalf("refresh with one node down: %v", err)
+	}
+	other, _ := limiter.NewRedlockSemaphore(q.nodes, "one-down", limit, append(opts, limiter.TTL(5*time.Second))...)
+	adopted, err := other.Resume(ctx, l.Ticket())
+	if err != nil {
+		t.Fatalf("resume with one node down: %v", err)
+	}
+	time.Sleep(time.Second) // auto-refresh keeps every lease alive on the rest
+	for _, b := range append(before, adopted) {
+		if b.Err() != nil {
+			t.Fatalf("lost with one node down: %v", b.Err())
+		}
+	}
+	if err := adopted.Release(ctx); err != nil {
+		t.Fatalf("release with one node down: %v", err)
+	}
+	last, err := sem.Acquire(ctx) // the semaphore is full again, on the nodes that are up
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	q.servers[down].Restart(t) // empty: it would grant anything
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won int
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := sem.TryAcquire(ctx); err == nil {
+				mu.Lock()
+				won++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if won != 0 {
+		t.Fatalf("%d acquisitions over the limit after an empty node rejoined", won)
+	}
+	if n := leaseCount(t, q, down, "down1:"); n != 0 {
+		t.Fatalf("failed attempts left %d leases on the restarted node", n)
+	}
+	if err := last.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two of three nodes down: acquire fails closed naming the failed nodes,
+// holders learn of loss before their TTL, and the survivor keeps nothing.
+func TestRedlockMajorityDown(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	const ttl = 1500 * time.Millisecond
+	sem, err := limiter.NewRedlockMutex(q.nodes, "majority-down", limiter.Prefix("down2:"),
+		limiter.TTL(ttl), limiter.RefreshInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stopped := time.Now()
+	q.servers[1].Stop(t)
+	q.servers[2].Stop(t)
+
+	_, err = sem.TryAcquire(ctx)
+	var qe *limiter.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("want a QuorumError, got %v", err)
+	}
+	for _, s := range q.servers[1:] {
+		if !strings.Contains(err.Error(), s.Addr()) {
+			t.Fatalf("error does not name failed node %s: %v", s.Addr(), err)
+		}
+	}
+	// The survivor answered "full" (the holder is there); the rest failed.
+	if len(qe.Failed) != 2 || len(qe.Busy) != 1 || qe.Busy[0] != q.servers[0].Addr() || !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("QuorumError details: %+v", qe)
+	}
+	// A name nobody holds: the survivor grants, and must give it back.
+	free, _ := limiter.NewRedlockMutex(q.nodes, "majority-down-free", limiter.Prefix("down2:"))
+	if _, err := free.TryAcquire(ctx); !errors.As(err, &qe) || errors.Is(err, limiter.ErrBusy) || len(qe.Failed) != 2 {
+		t.Fatalf("want a QuorumError with two failed nodes and none busy, got %v", err)
+	}
+	if n := leaseCount(t, q, 0, "down2:"); n != 1 {
+		t.Fatalf("survivor holds %d leases after the failed attempt, want only the holder's", n)
+	}
+	select {
+	case <-holder.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("holder never learned its lease was lost")
+	}
+	if since := time.Since(stopped); since >= ttl {
+		t.Fatalf("loss reported %v after the nodes stopped, TTL %v", since, ttl)
+	}
+	if !errors.Is(holder.Err(), limiter.ErrLeaseLost) {
+		t.Fatalf("holder err: %v", holder.Err())
+	}
+}
+
+// A paused node costs the node timeout, not the pause.
+func TestRedlockPausedNode(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	const nodeTimeout = 100 * time.Millisecond
+	sem, err := limiter.NewRedlockMutex(q.nodes, "paused-node", limiter.NodeTimeout(nodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[0].Pause(t)
+	defer q.servers[0].Resume(t)
+	start := time.Now()
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire with a paused node: %v", err)
+	}
+	// The pause lasts until the end of the test; this bound only tells a
+	// node-timeout wait (0.1s) from waiting out the pause or go-redis'
+	// 3s read timeout.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("acquire took %v with node timeout %v", took, nodeTimeout)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A weighted acquire that one node refuses is undone on the nodes that
+// granted it (limit 5 on 3 nodes needs all 3).
+func TestRedlockPartialWeightedRollback(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	single, err := limiter.NewSemaphore(q.nodes[0], "partial", 5, limiter.Prefix("partial:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := single.TryAcquire(ctx, limiter.Weight(4)); err != nil { // node 0 nearly full
+		t.Fatal(err)
+	}
+	sem, err := limiter.NewRedlockSemaphore(q.nodes, "partial", 5, limiter.Prefix("partial:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sem.TryAcquire(ctx, limiter.Weight(3))
+	if !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("want busy (node 0 full), got %v", err)
+	}
+	for _, i := range []int{1, 2} {
+		if n := leaseCount(t, q, i, "partial:"); n != 0 {
+			t.Fatalf("node %d kept %d members of the failed weighted acquire", i, n)
+		}
+	}
+	if n := leaseCount(t, q, 0, "partial:"); n != 1 {
+		t.Fatalf("node 0 has %d leases, want only the single-node one", n)
+	}
+}
+
+// Tokens keep increasing while nodes stop and restart empty.
+func TestRedlockFencingAcrossRestarts(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	mu, err := limiter.NewRedlockMutex(q.nodes, "fence-restarts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	step := func(phase string) {
+		for range 20 {
+			l, err := mu.Acquire(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", phase, err)
+			}
+			if l.Token() <= last {
+				t.Fatalf("%s: token %d after %d", phase, l.Token(), last)
+			}
+			last = l.Token()
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("%s: release: %v", phase, err)
+			}
+		}
+	}
+	step("all up")
+	for i := range q.servers {
+		q.servers[i].Stop(t)
+		step("node down")
+		q.servers[i].Restart(t)
+		step("node restarted empty")
+	}
+}
+
+func TestRedlockFiveNodes(t *testing.T) {
+	q := startQuorum(t, 5)
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := limiter.NewRedlockSemaphore(q.nodes, "five", 1, limiter.NodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[0].Stop(t)
+	q.servers[3].Stop(t)
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("3 of 5 up: %v", err)
+	}
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("second holder on 3 of 5: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q.servers[1].Stop(t)
+	_, err = sem.TryAcquire(ctx)
+	var qe *limiter.QuorumError
+	if !errors.As(err, &qe) || qe.Quorum != 3 || len(qe.Failed) != 3 {
+		t.Fatalf("2 of 5 up: want a QuorumError with quorum 3 and 3 failed, got %v", err)
+	}
+}
+
+func TestRedlockBadNodes(t *testing.T) {
+	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	var nilClient *redis.Client
+	cases := map[string][]redis.UniversalClient{
+		"none":      nil,
+		"nil node":  {a, nil},
+		"typed nil": {a, nilClient},
+		"duplicate": {a, b},
+		"same":      {a, a},
+	}
+	for name, nodes := range cases {
+		_, err := limiter.NewRedlockSemaphore(nodes, "n", 1)
+		var arg *limiter.ArgumentError
+		if !errors.As(err, &arg) || arg.Arg != "nodes" {
+			t.Errorf("%s: want an ArgumentError for nodes, got %v", name, err)
+		}
+	}
+	if _, err := limiter.NewRedlockMutex([]redis.UniversalClient{a}, "n", limiter.NodeTimeout(time.Hour)); !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Errorf("node timeout above TTL: %v", err)
+	}
+}

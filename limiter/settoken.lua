@@ -1,0 +1,15 @@
+-- ARGV: id, token
+-- Quorum write-back: gives a lease the token its quorum agreed on (the
+-- highest any node granted) and raises the node's counter to it, so any
+-- later quorum, which shares a node with this one, issues a higher token.
+-- Returns 1, or 0 when the lease is not there.
+local field = ':' .. ARGV[1]
+local st = redis.call('HMGET', KEYS[2], field, 'token')
+if not st[1] then return 0 end
+local w = parse(st[1])
+local tok = tonumber(ARGV[2])
+redis.call('HSET', KEYS[2], field, fmt(w) .. ':' .. ARGV[2])
+if tok > (tonumber(st[2]) or 0) then
+  redis.call('HSET', KEYS[2], 'token', ARGV[2])
+end
+return 1
