@@ -122,104 +122,173 @@ func (q *quorumStore) each(ctx context.Context, fn func(ctx context.Context, i i
 			defer wg.Done()
 			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
 			defer cancel()
-			errs[i] = within(nctx, func() error { return fn(nctx, i, n) })
+			_, errs[i] = within(nctx, func() (struct{}, error) { return struct{}{}, fn(nctx, i, n) })
 		}()
 	}
 	wg.Wait()
 	return errs
 }
 
+// nodeAnswer is one node's answer to a quorum call.
+type nodeAnswer[T any] struct {
+	i   int
+	v   T
+	err error
+}
+
+// gather asks the given nodes (nil: all) in parallel and hands their
+// answers to decide as they arrive, until decide returns true, every node
+// answered, or ctx ends: a stopped node must not make every call wait out
+// its timeout. Each node call is bounded by the node timeout but not
+// cancelled with ctx, so what was started finishes; answers that come
+// after gather returned go to late (if not nil), in the background.
+func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ctx context.Context, n *redisStore) (T, error),
+	decide func(a nodeAnswer[T]) bool, late func(a nodeAnswer[T])) {
+	if nodes == nil {
+		nodes = make([]int, len(q.nodes))
+		for i := range nodes {
+			nodes[i] = i
+		}
+	}
+	answers := make(chan nodeAnswer[T], len(nodes))
+	for _, i := range nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.nodeTimeout)
+			defer cancel()
+			v, err := within(nctx, func() (T, error) { return ask(nctx, q.nodes[i]) })
+			answers <- nodeAnswer[T]{i: i, v: v, err: err}
+		}()
+	}
+	rest := len(nodes)
+	defer func() {
+		if rest > 0 && late != nil {
+			go func() {
+				for range rest {
+					late(<-answers)
+				}
+			}()
+		}
+	}()
+	for rest > 0 {
+		select {
+		case a := <-answers:
+			rest--
+			if decide(a) {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // within returns when fn does or ctx ends, whichever is first: go-redis
 // honours context deadlines on the socket only with ContextTimeoutEnabled,
-// and a paused node must not hold up the quorum. fn must only write state
-// that nobody reads after a timeout.
-func within(ctx context.Context, fn func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
+// and a paused node must not hold up the quorum.
+func within[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.v, r.err
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		var zero T
+		return zero, context.Cause(ctx)
 	}
 }
 
 func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
 	start := time.Now()
 	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
-	replies := make([]acquireReply, len(q.nodes))
-	errs := q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
-		rep, err := n.acquire(ctx, k, r)
-		if err == nil {
-			replies[i] = rep // only read below when err == nil
-		}
-		return err
-	})
-	var granted, busy []int
+	n := len(q.nodes)
+	replies := make([]acquireReply, n)
+	errs := make([]error, n)
+	var granted, busy, failed []int
 	var token int64
 	agree := true
-	for i, err := range errs {
+	gather(ctx, q, nil, func(ctx context.Context, node *redisStore) (acquireReply, error) {
+		return node.acquire(ctx, k, r)
+	}, func(a nodeAnswer[acquireReply]) bool {
+		replies[a.i], errs[a.i] = a.v, a.err
 		switch {
-		case err != nil:
-		case replies[i].granted:
-			t, _ := strconv.ParseInt(replies[i].token, 10, 64)
+		case a.err != nil:
+			failed = append(failed, a.i)
+		case a.v.granted:
+			t, _ := strconv.ParseInt(a.v.token, 10, 64)
 			agree = agree && (len(granted) == 0 || t == token)
 			token = max(token, t)
-			granted = append(granted, i)
+			granted = append(granted, a.i)
 		default:
-			busy = append(busy, i)
+			busy = append(busy, a.i)
 		}
-	}
+		// Stop early only when enough nodes are full to rule out a
+		// quorum. A grant is waited for on every node: returning at a
+		// quorum would let a slow node's grant land after the lease was
+		// released, holding a permit there until the TTL. With failures,
+		// every node is heard so the error names them.
+		return len(busy) > n-q.quorum
+	}, func(a nodeAnswer[acquireReply]) {
+		// A grant after an early "full" is given back, by its own token
+		// so that no later attempt with the same id is touched.
+		if a.err == nil && a.v.granted && !r.idGiven {
+			q.releaseOn(k, r.id, a.v.token, []int{a.i})
+		}
+	})
 	validity := r.ttl - time.Since(start) - q.cfg.drift(r.ttl)
 	if len(granted) >= q.quorum && validity > 0 {
 		tok := strconv.FormatInt(token, 10)
-		if agree || q.writeBack(ctx, k, r.id, tok, granted) {
+		if agree || q.setToken(k, r.id, tok, granted) {
 			q.raiseToken(token)
 			return acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight}, nil
 		}
 	}
-	// No quorum: give back what was granted, and, for a random id, what
-	// a node may have granted with the reply lost.
+	// No quorum: give back what was granted, and, for a random id, what a
+	// node may have granted with its reply lost.
 	undo := granted
 	if !r.idGiven {
-		undo = nil
-		for i, err := range errs {
-			if err != nil || replies[i].granted {
-				undo = append(undo, i)
-			}
-		}
+		undo = append(slices.Clone(granted), failed...)
 	}
-	q.rollback(k, r.id, undo)
-	if len(granted)+len(busy) >= q.quorum {
-		// Enough nodes answered: the semaphore is full (or we were too
-		// slow for the TTL); wait as on a single node.
-		rep := acquireReply{retryIn: r.ttl}
-		for _, i := range busy {
-			rep.retryIn = min(rep.retryIn, replies[i].retryIn)
-			rep.inUse = max(rep.inUse, replies[i].inUse)
-		}
-		if len(busy) == 0 {
-			rep.retryIn = 0
+	q.releaseOn(k, r.id, "", undo)
+	if ctx.Err() != nil {
+		return acquireReply{}, context.Cause(ctx)
+	}
+	if len(failed) <= n-q.quorum {
+		// Failures alone do not rule out a quorum: the semaphore is full
+		// (or we were too slow for the TTL); wait as on a single node.
+		rep := acquireReply{}
+		for i, b := range busy {
+			if i == 0 || replies[b].retryIn < rep.retryIn {
+				rep.retryIn = replies[b].retryIn
+			}
+			rep.inUse = max(rep.inUse, replies[b].inUse)
 		}
 		return rep, nil
 	}
 	return acquireReply{}, q.quorumError("acquire", len(granted), busy, errs)
 }
 
-// writeBack gives the granted leases the quorum's token.
-func (q *quorumStore) writeBack(ctx context.Context, k keyspace, id, token string, granted []int) bool {
-	var ok atomic.Int32
-	q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
-		if !slices.Contains(granted, i) {
-			return nil
+// setToken gives the lease on the granting nodes the quorum's token (the
+// write-back); it reports whether a quorum of them took it.
+func (q *quorumStore) setToken(k keyspace, id, token string, nodes []int) bool {
+	ok, failed := 0, 0
+	gather(context.Background(), q, nodes, func(ctx context.Context, n *redisStore) (int64, error) {
+		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
+	}, func(a nodeAnswer[int64]) bool {
+		if a.err == nil && a.v == 1 {
+			ok++
+		} else {
+			failed++
 		}
-		v, err := setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
-		if err == nil && v == 1 {
-			ok.Add(1)
-		}
-		return err
-	})
-	return int(ok.Load()) >= q.quorum
+		return ok >= q.quorum || failed > len(nodes)-q.quorum
+	}, nil)
+	return ok >= q.quorum
 }
 
 func (q *quorumStore) raiseToken(t int64) {
@@ -231,75 +300,93 @@ func (q *quorumStore) raiseToken(t int64) {
 	}
 }
 
-func (q *quorumStore) rollback(k keyspace, id string, nodes []int) {
+// releaseOn removes this process's own attempt from the given nodes (token
+// "" = any). It waits for the nodes that answer and leaves the silent ones
+// to finish in the background.
+func (q *quorumStore) releaseOn(k keyspace, id, token string, nodes []int) {
 	if len(nodes) == 0 {
 		return
 	}
-	q.each(context.Background(), func(ctx context.Context, i int, n *redisStore) error {
-		if !slices.Contains(nodes, i) {
-			return nil
+	pending := len(nodes)
+	gather(context.Background(), q, nodes, func(ctx context.Context, n *redisStore) (int64, error) {
+		return n.release(ctx, k, id, token, "")
+	}, func(a nodeAnswer[int64]) bool {
+		if a.err == nil {
+			pending--
 		}
-		_, err := n.release(ctx, k, id, "", "")
-		return err
-	})
+		return pending == 0
+	}, nil)
 }
 
 func (q *quorumStore) refresh(ctx context.Context, reqs []refreshRequest) []refreshReply {
-	per := make([][]refreshReply, len(q.nodes))
-	errs := q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
-		reps := n.refresh(ctx, reqs)
-		per[i] = reps
-		return nil
-	})
+	n := len(q.nodes)
 	out := make([]refreshReply, len(reqs))
-	for j := range reqs {
-		held, gone := 0, 0
-		nodeErrs := make([]error, len(q.nodes))
-		for i := range q.nodes {
-			switch {
-			case errs[i] != nil:
-				nodeErrs[i] = errs[i]
-			case per[i][j].err != nil:
-				nodeErrs[i] = per[i][j].err
-			case per[i][j].held:
-				if held == 0 {
-					out[j] = per[i][j]
-				}
-				held++
-			default:
-				gone++
+	held := make([]int, len(reqs))
+	gone := make([]int, len(reqs))
+	nodeErrs := make([][]error, len(reqs))
+	for j := range nodeErrs {
+		nodeErrs[j] = make([]error, n)
+	}
+	decided := func(j int) bool { return held[j] >= q.quorum || gone[j] > n-q.quorum }
+	gather(ctx, q, nil, func(ctx context.Context, node *redisStore) ([]refreshReply, error) {
+		return node.refresh(ctx, reqs), nil
+	}, func(a nodeAnswer[[]refreshReply]) bool {
+		all := true
+		for j := range reqs {
+			if decided(j) {
+				continue
 			}
+			switch {
+			case a.err != nil:
+				nodeErrs[j][a.i] = a.err
+			case a.v[j].err != nil:
+				nodeErrs[j][a.i] = a.v[j].err
+			case a.v[j].held:
+				if held[j] == 0 {
+					out[j] = a.v[j]
+				}
+				held[j]++
+			default:
+				gone[j]++
+			}
+			all = all && decided(j)
 		}
+		return all
+	}, nil)
+	for j := range reqs {
 		switch {
-		case held >= q.quorum:
-		case gone > len(q.nodes)-q.quorum:
+		case held[j] >= q.quorum:
+		case gone[j] > n-q.quorum:
 			out[j] = refreshReply{} // a quorum can no longer hold it
 		default:
-			out[j] = refreshReply{err: q.quorumError("refresh", held, nil, nodeErrs)}
+			out[j] = refreshReply{err: q.quorumError("refresh", held[j], nil, nodeErrs[j])}
 		}
 	}
 	return out
 }
 
+// release returns once a quorum answered; the other nodes finish (or let
+// the lease expire) in the background.
 func (q *quorumStore) release(ctx context.Context, k keyspace, id, token, origin string) (int64, error) {
-	freed := make([]int64, len(q.nodes))
-	errs := q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
-		v, err := n.release(ctx, k, id, token, origin)
-		freed[i] = v
-		return err
-	})
+	errs := make([]error, len(q.nodes))
 	var most int64
-	answered := 0
-	for i, err := range errs {
-		if err == nil {
+	answered, failed := 0, 0
+	gather(ctx, q, nil, func(ctx context.Context, n *redisStore) (int64, error) {
+		return n.release(ctx, k, id, token, origin)
+	}, func(a nodeAnswer[int64]) bool {
+		errs[a.i] = a.err
+		if a.err != nil {
+			failed++
+		} else {
 			answered++
-			most = max(most, freed[i])
+			most = max(most, a.v)
 		}
-	}
+		return answered >= q.quorum || failed > len(q.nodes)-q.quorum
+	}, nil)
 	if most > 0 || answered >= q.quorum {
-		return most, nil // nodes that did not answer let it expire
+		return most, nil
 	}
-	return 0, q.quorumError("release", 0, nil, errs)
+	return 0, q.quorumError("release", answered, nil, errs)
 }
 
 func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error) {

@@ -186,9 +186,10 @@ func testOneNodeDown(t *testing.T, nodes int, limit int64) {
 	if won != 0 {
 		t.Fatalf("%d acquisitions over the limit after an empty node rejoined", won)
 	}
-	if n := leaseCount(t, q, down, "down1:"); n != 0 {
-		t.Fatalf("failed attempts left %d leases on the restarted node", n)
-	}
+	// Grants that come after the outcome are given back in the background.
+	eventually(t, 5*time.Second, "failed attempts leave no lease on the restarted node", func() bool {
+		return leaseCount(t, q, down, "down1:") == 0
+	})
 	if err := last.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -297,9 +298,9 @@ func TestRedlockPartialWeightedRollback(t *testing.T) {
 		t.Fatalf("want busy (node 0 full), got %v", err)
 	}
 	for _, i := range []int{1, 2} {
-		if n := leaseCount(t, q, i, "partial:"); n != 0 {
-			t.Fatalf("node %d kept %d members of the failed weighted acquire", i, n)
-		}
+		eventually(t, 5*time.Second, "the failed weighted acquire leaves no members behind", func() bool {
+			return leaseCount(t, q, i, "partial:") == 0
+		})
 	}
 	if n := leaseCount(t, q, 0, "partial:"); n != 1 {
 		t.Fatalf("node 0 has %d leases, want only the single-node one", n)
