@@ -1,8 +1,9 @@
 -- ARGV: limit, weight, ttl_ms, id, proposed token ('' = use the server clock)
 -- A quorum proposes the token (the client clock) so that its nodes, whose
 -- clocks differ, agree on it unless one has seen a later token.
--- Returns {1, token, weight} when granted (or when id already holds a lease:
--- that lease, refreshed), else {0, ms until the earliest lease expires, permits in use}.
+-- Returns {1, token, weight, permits still free} when granted (or when id
+-- already holds a lease: that lease, refreshed), else
+-- {0, ms until the earliest lease expires, permits in use}.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local field = ':' .. id
 local now = now_us()
@@ -20,7 +21,7 @@ if mine and tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') > now_ms then
     redis.call('HSET', KEYS[2], 'keyexp', at)
     expire_keys(at)
   end
-  return {1, tok, w}
+  return {1, tok, w, limit - total}
 end
 
 -- Expired leases are swept only when they are in the way.
@@ -36,7 +37,7 @@ if total + weight <= limit then
   redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok, 'total', fmt(total + weight), 'token', tok,
     'keyexp', at or fmt(keyexp))
   if at then expire_keys(at) end
-  return {1, tok, weight}
+  return {1, tok, weight, limit - total - weight}
 end
 
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -78,6 +78,26 @@ func (h *hub) join(ctx context.Context, channel string, weight int64) (*waiter, 
 	return w, nil
 }
 
+// joinOpen registers a waiter only if the channel's subscription is
+// already confirmed (no round trip), and says how many local waiters are
+// ahead of it. It returns nil when there is no such subscription.
+func (h *hub) joinOpen(channel string, weight int64) (*waiter, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil || t.sub == nil {
+		return nil, 0
+	}
+	if t.idle != nil {
+		t.idle.Stop()
+		t.idle = nil
+	}
+	ahead := t.waiters.Len()
+	w := &waiter{h: h, t: t, weight: weight, wake: make(chan struct{}, 1)}
+	w.el = t.waiters.PushBack(w)
+	return w, ahead
+}
+
 func (h *hub) open(t *topic) {
 	// Not tied to any waiter's context: the subscription outlives them.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -246,7 +246,11 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		tok := strconv.FormatInt(token, 10)
 		if agree || q.setToken(k, r.id, tok, granted) {
 			q.raiseToken(token)
-			return acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight}, nil
+			rep := acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight, free: replies[granted[0]].free}
+			for _, i := range granted {
+				rep.free = min(rep.free, replies[i].free)
+			}
+			return rep, nil
 		}
 	}
 	// No quorum: give back what was granted, and, for a random id, what a

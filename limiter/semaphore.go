@@ -170,36 +170,58 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
 		defer cancel()
 	}
-	var w *waiter
+	hub := s.shared.hub
+	// With the name's subscription already open, queue up before the first
+	// attempt, so no release can slip between it and the wait. If others
+	// of this process queued first, wait for a wake rather than barge in:
+	// waiters of one process are served in arrival order, and a holder
+	// that releases and re-acquires at once goes to the back.
+	w, ahead := hub.joinOpen(s.keys.channel, r.weight)
 	defer func() { w.leave() }()
+	tryNow := ahead == 0
+	subscribed := w != nil
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
-	for attempt := 1; ; attempt++ {
-		l, rep, err := s.attempt(ctx, r)
-		if l != nil || err != nil {
-			if err != nil && ctx.Err() != nil {
+	var rep acquireReply
+	rep.retryIn = maxFallbackWait
+	for attempt := 0; ; {
+		if tryNow {
+			attempt++
+			var l *Lease
+			var err error
+			l, rep, err = s.attempt(ctx, r)
+			switch {
+			case err != nil && ctx.Err() != nil:
 				return nil, s.gaveUp(parent, ctx, r, rep, attempt, start)
+			case err != nil:
+				return nil, err
+			case l != nil:
+				w.leave()
+				w = nil
+				if rep.free > 0 {
+					hub.wake(s.keys.channel, rep.free) // pass on what is left
+				}
+				return l, nil
 			}
-			return l, err
-		}
-		if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
-			return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
-				Attempts: attempt, Waited: time.Since(start), timedOut: true}
-		}
-		if w == nil {
-			// Register before the next attempt so a release in between
-			// is not missed; then try again at once.
-			if w, err = s.shared.hub.join(ctx, s.keys.channel, r.weight); err != nil {
+			if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
+				return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
+					Attempts: attempt, Waited: time.Since(start), timedOut: true}
+			}
+			if !subscribed {
+				// Subscribe, then try once more: a release between the
+				// attempt and the subscription would otherwise be missed.
+				subscribed = true
+				if w, err = hub.join(ctx, s.keys.channel, r.weight); err == nil {
+					continue
+				}
 				if ctx.Err() != nil {
 					return nil, s.gaveUp(parent, ctx, r, rep, attempt, start)
 				}
 				s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
-				w = nil
-			} else {
-				continue
 			}
 		}
+		tryNow = true
 		timer.Reset(fallbackWait(rep.retryIn))
 		var wake <-chan struct{}
 		if w != nil {

@@ -39,14 +39,15 @@ func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) 
 }
 
 func parseAcquire(v []any) (acquireReply, error) {
-	if len(v) != 3 {
+	if len(v) < 3 {
 		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	granted, _ := v[0].(int64)
-	if granted == 1 {
+	if granted == 1 && len(v) == 4 {
 		tok, _ := v[1].(string)
 		w, _ := v[2].(int64)
-		return acquireReply{granted: true, token: tok, weight: w}, nil
+		free, _ := v[3].(int64)
+		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0)}, nil
 	}
 	wait, _ := v[1].(int64)
 	inUse, _ := v[2].(int64)

@@ -50,6 +50,7 @@ type acquireReply struct {
 	granted bool
 	token   string
 	weight  int64
+	free    int64         // when granted: permits still free after it
 	retryIn time.Duration // when not granted: until the earliest expiry
 	inUse   int64         // when not granted
 }
