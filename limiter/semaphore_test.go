@@ -27,6 +27,7 @@ func TestCore(t *testing.T) {
 		t.Run("Do", func(t *testing.T) { testDo(t, b) })
 		t.Run("AcquireTimeoutAndCancel", func(t *testing.T) { testAcquireGivesUp(t, b) })
 		t.Run("ExpiredLeasesFreePermits", func(t *testing.T) { testExpiry(t, b) })
+		t.Run("ArrivalOrderWithinProcess", func(t *testing.T) { testArrivalOrder(t, b) })
 	})
 }
 
@@ -568,5 +569,63 @@ func testExpiry(t *testing.T, b backend) {
 	sort.Strings(ids)
 	if len(ids) != 1 || ids[0] != l.ID() {
 		t.Fatalf("holders after expiry: %v", ids)
+	}
+}
+
+// Waiters of one process get the permit in the order they came, and a
+// holder that releases and asks again goes to the back of the queue.
+func testArrivalOrder(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	mu, err := limiter.NewMutex(rdb, uniqueName(b, "order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	var (
+		orderMu sync.Mutex
+		order   []int
+		wg      sync.WaitGroup
+	)
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := mu.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			orderMu.Lock()
+			order = append(order, i)
+			orderMu.Unlock()
+			_ = l.Release(ctx)
+		}()
+		time.Sleep(30 * time.Millisecond) // let it queue before the next one comes
+	}
+	// The holder releases and asks again at once: it must not overtake.
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orderMu.Lock()
+	got := append([]int(nil), order...)
+	orderMu.Unlock()
+	_ = again.Release(ctx)
+	wg.Wait()
+	if len(got) != waiters {
+		t.Fatalf("the re-acquiring holder overtook queued waiters: served %v before it", got)
+	}
+	for i, w := range got {
+		if w != i {
+			t.Fatalf("served in order %v, want arrival order", got)
+		}
 	}
 }
