@@ -27,7 +27,6 @@ end
 -- Expired leases are swept only when they are in the way.
 if mine or total + weight > limit then
   total = total - sweep(now_ms)
-  if total <= 0 then total, keyexp = 0, 0 end
 end
 
 if total + weight <= limit then

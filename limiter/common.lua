@@ -1,9 +1,10 @@
 -- Prelude shared by every script (prepended in scripts.go).
--- KEYS[1] leases ZSET id -> expiry (ms, server clock)
+-- KEYS[1] leases ZSET id -> expiry (ms, server clock), plus the member ''
+--                at +inf that keeps the set (and its TTL) alive while empty
 -- KEYS[2] state  HASH ':'..id -> "<weight>:<token>" for each lease, and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
---                keyexp (when both keys expire; 0 when there are no leases)
+--                keyexp (when both keys expire)
 -- Every redis.call costs ~2us of Lua overhead, more than most commands
 -- themselves, so the common paths are written to make as few as possible.
 --
@@ -24,14 +25,6 @@ local function parse(v)
   return tonumber(w), tok
 end
 
--- Records that the last lease is gone, so the next lease sets key expiry
--- on the (then new) sorted set.
-local function settle(total)
-  if total <= 0 then
-    redis.call('HSET', KEYS[2], 'total', '0', 'keyexp', '0')
-  end
-end
-
 -- Drops every lease whose expiry has passed; returns the permits freed.
 local function sweep(now_ms)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
@@ -49,7 +42,7 @@ local function sweep(now_ms)
     redis.call('HDEL', KEYS[2], unpack(fields))
     redis.call('ZREM', KEYS[1], unpack(ids))
   end
-  settle(redis.call('HINCRBY', KEYS[2], 'total', -freed))
+  redis.call('HINCRBY', KEYS[2], 'total', -freed)
   return freed
 end
 
@@ -63,6 +56,7 @@ local function next_keyexp(exp, ttl, keyexp)
 end
 
 local function expire_keys(at)
+  redis.call('ZADD', KEYS[1], '+inf', '')
   redis.call('PEXPIREAT', KEYS[1], at)
   redis.call('PEXPIREAT', KEYS[2], at)
 end

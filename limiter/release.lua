@@ -11,7 +11,7 @@ local now_ms = math.floor(now_us() / 1000)
 local expired = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') <= now_ms
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], field)
-settle(redis.call('HINCRBY', KEYS[2], 'total', -w))
+redis.call('HINCRBY', KEYS[2], 'total', -w)
 -- An expired lease is removed all the same (its permits were free for
 -- the taking already), but it was not held.
 notify(ARGV[3], ARGV[4], w, ARGV[5])

@@ -188,6 +188,11 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	for attempt := 0; ; {
 		if tryNow {
 			attempt++
+			if attempt > 1 && !r.idGiven {
+				// A fresh id per attempt: what an earlier attempt left on a
+				// slow node (and its clean-up) can never meet this one.
+				r.id = uuid.NewString()
+			}
 			var l *Lease
 			var err error
 			l, rep, err = s.attempt(ctx, r)
