@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -82,13 +84,18 @@ func BenchmarkContendedSemaphore(b *testing.B) {
 }
 
 func benchHandoff(b *testing.B, bk backend, limit int64) {
-	const workers = 8
-	rdb := bk.client(b)
-	ctx := context.Background()
-	sem, err := limiter.NewSemaphore(rdb, fmt.Sprintf("bench-handoff-%d", limit), limit, limiter.AcquireTimeout(time.Minute))
+	sem, err := limiter.NewSemaphore(bk.client(b), fmt.Sprintf("bench-handoff-%d", limit), limit, limiter.AcquireTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
+	runHandoff(b, sem, bk.calls, bk.reset, limit)
+}
+
+// runHandoff: 8 goroutines loop acquire, hold 1ms, release. With limit 1
+// it reports the gap from a Release call to the next Acquire returning.
+func runHandoff(b *testing.B, sem *limiter.Semaphore, calls func(testing.TB) map[string]int64, reset func(testing.TB), limit int64) {
+	const workers = 8
+	ctx := context.Background()
 	var (
 		lastRelease atomic.Int64 // unix ns of the latest Release call
 		gapsMu      sync.Mutex
@@ -97,8 +104,8 @@ func benchHandoff(b *testing.B, bk backend, limit int64) {
 		wg          sync.WaitGroup
 	)
 	remaining.Store(int64(b.N))
-	bk.reset(b)
-	before := sentCommands(bk.calls(b))
+	reset(b)
+	before := sentCommands(calls(b))
 	b.ResetTimer()
 	for range workers {
 		wg.Add(1)
@@ -126,7 +133,7 @@ func benchHandoff(b *testing.B, bk backend, limit int64) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	cmds := sentCommands(bk.calls(b)) - before
+	cmds := sentCommands(calls(b)) - before
 	b.ReportMetric(float64(cmds)/float64(b.N), "cmds/acquire")
 	if len(gaps) > 0 {
 		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
@@ -144,4 +151,77 @@ func sentCommands(calls map[string]int64) int64 {
 		n += calls[c]
 	}
 	return n
+}
+
+// BenchmarkRedlockUncontended runs TryAcquire+Release on one node and on a
+// quorum of 3 nodes in the same loop. Goal: ratio <= 1.3 (the nodes are
+// asked in parallel).
+func BenchmarkRedlockUncontended(b *testing.B) {
+	nodes := redistest.StartNodes(b, 3)
+	var clients []redis.UniversalClient
+	for _, n := range nodes {
+		clients = append(clients, n.Client(b))
+	}
+	ctx := context.Background()
+	single, err := limiter.NewMutex(clients[0], "bench-single")
+	if err != nil {
+		b.Fatal(err)
+	}
+	quorum, err := limiter.NewRedlockMutex(clients, "bench-quorum")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cycle := func(m *limiter.Mutex) {
+		l, err := m.TryAcquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cycle(single)
+	cycle(quorum)
+	var one, three time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		cycle(single)
+		t1 := time.Now()
+		cycle(quorum)
+		three += time.Since(t1)
+		one += t1.Sub(t0)
+	}
+	b.ReportMetric(float64(one.Nanoseconds())/float64(b.N), "ns/single")
+	b.ReportMetric(float64(three.Nanoseconds())/float64(b.N), "ns/redlock3")
+	b.ReportMetric(float64(three)/float64(one), "x-single")
+}
+
+// BenchmarkRedlockContendedHandoff is BenchmarkContendedHandoff on a quorum
+// of 3 nodes.
+func BenchmarkRedlockContendedHandoff(b *testing.B) {
+	nodes := redistest.StartNodes(b, 3)
+	var clients []redis.UniversalClient
+	for _, n := range nodes {
+		clients = append(clients, n.Client(b))
+	}
+	sem, err := limiter.NewRedlockSemaphore(clients, "bench-redlock-handoff", 1, limiter.AcquireTimeout(time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls := func(t testing.TB) map[string]int64 {
+		sum := map[string]int64{}
+		for _, n := range nodes {
+			for k, v := range n.CommandCalls(t) {
+				sum[k] += v
+			}
+		}
+		return sum
+	}
+	reset := func(t testing.TB) {
+		for _, n := range nodes {
+			n.ResetStats(t)
+		}
+	}
+	runHandoff(b, sem, calls, reset, 1)
 }
