@@ -42,10 +42,12 @@ type ArgumentError struct {
 	Reason string
 }
 
+// Error says which argument is wrong and why.
 func (e *ArgumentError) Error() string {
 	return fmt.Sprintf("limiter: invalid %s %v: %s", e.Arg, e.Value, e.Reason)
 }
 
+// Is makes errors.Is(err, ErrInvalidArgument) true.
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
 
 func argError(arg string, value any, reason string) error {
@@ -64,6 +66,7 @@ type BusyError struct {
 	timedOut bool
 }
 
+// Error says how full the semaphore was and when to try again.
 func (e *BusyError) Error() string {
 	if e.timedOut {
 		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use; earliest expiry in %v): %v",
@@ -73,6 +76,7 @@ func (e *BusyError) Error() string {
 		e.Name, e.InUse, e.Weight, e.RetryIn)
 }
 
+// Is matches ErrBusy, and ErrTimeout when the error ended a wait.
 func (e *BusyError) Is(target error) bool {
 	return target == ErrBusy || (e.timedOut && target == ErrTimeout)
 }

@@ -23,6 +23,7 @@ type config struct {
 	nodeTimeout    time.Duration
 }
 
+// Defaults of the TTL, AcquireTimeout and Prefix options.
 const (
 	DefaultTTL            = 10 * time.Second
 	DefaultAcquireTimeout = 10 * time.Second

@@ -523,6 +523,7 @@ func (q *quorumStore) quorumError(op string, ok int, busy []int, errs []error) e
 	return e
 }
 
+// Error names the nodes that were full and those that failed, with why.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limiter: %s reached %d of %d nodes, quorum %d", e.Op, e.OK, e.Nodes, e.Quorum)
@@ -535,6 +536,7 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the failed nodes' errors.
 func (e *QuorumError) Unwrap() []error {
 	errs := make([]error, len(e.Failed))
 	for i, f := range e.Failed {
@@ -543,4 +545,5 @@ func (e *QuorumError) Unwrap() []error {
 	return errs
 }
 
+// Is matches ErrBusy when any node was full.
 func (e *QuorumError) Is(target error) bool { return target == ErrBusy && len(e.Busy) > 0 }
