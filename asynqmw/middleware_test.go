@@ -1,0 +1,390 @@
+package asynqmw_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/asynqmw"
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// TestMain turns the test binary into an asynq worker process for the
+// kill -9 test when REDSEM_WORKER is set.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("REDSEM_WORKER"); addr != "" {
+		runWorker(addr)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// startServer runs an asynq server with the middleware and the retry
+// helpers, stopped at cleanup. Busy re-queues are checked every 50ms so
+// tests do not wait asynq's default 5s.
+func startServer(t testing.TB, addr string, concurrency int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) {
+	t.Helper()
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{
+		Concurrency:              concurrency,
+		IsFailure:                asynqmw.IsFailure(nil),
+		RetryDelayFunc:           asynqmw.RetryDelay(nil),
+		DelayedTaskCheckInterval: 50 * time.Millisecond,
+		LogLevel:                 asynq.FatalLevel,
+		ShutdownTimeout:          5 * time.Second,
+	})
+	// What mux.Use(mw) does, for every task type.
+	if err := srv.Start(mw(h)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+}
+
+func enqueue(t testing.TB, c *asynq.Client, task *asynq.Task, opts ...asynq.Option) *asynq.TaskInfo {
+	t.Helper()
+	info, err := c.Enqueue(task, append([]asynq.Option{asynq.Retention(time.Hour)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// concurrency tracks how many handlers run at once, independently of the
+// library.
+type concurrency struct {
+	now, peak atomic.Int64
+}
+
+func (c *concurrency) enter() {
+	n := c.now.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (c *concurrency) leave() { c.now.Add(-1) }
+
+func TestCapAcrossServers(t *testing.T) {
+	srv := redistest.StartServer(t)
+	mw, err := asynqmw.New(srv.Client(t), []asynqmw.Rule{
+		{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		c    concurrency
+		done sync.Map
+	)
+	handler := func(ctx context.Context, task *asynq.Task) error {
+		c.enter()
+		defer c.leave()
+		time.Sleep(30 * time.Millisecond)
+		id, _ := asynq.GetTaskID(ctx)
+		done.Store(id, true)
+		return nil
+	}
+	startServer(t, srv.Addr(), 10, mw, handler)
+	startServer(t, srv.Addr(), 10, mw, handler)
+
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	const tasks = 100
+	for i := range tasks {
+		enqueue(t, client, asynq.NewTask("api:call", []byte(fmt.Sprint(i))), asynq.MaxRetry(3))
+	}
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer insp.Close()
+	var completed []*asynq.TaskInfo
+	eventually(t, 90*time.Second, "every task completes", func() bool {
+		completed, err = insp.ListCompletedTasks("default", asynq.PageSize(tasks+10))
+		return err == nil && len(completed) == tasks
+	})
+	if p := c.peak.Load(); p > 3 || p < 2 {
+		t.Fatalf("peak concurrency %d with a limit of 3", p)
+	}
+	for _, info := range completed {
+		if info.Retried != 0 {
+			t.Fatalf("task %s was retried %d times: gating spent its retry budget", info.ID, info.Retried)
+		}
+	}
+}
+
+// A task with no retry left waits in its handler rather than being
+// archived for being gated.
+func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan string, 1)
+	startServer(t, srv.Addr(), 2, mw, func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		ran <- id
+		return nil
+	})
+	blocker, _ := limiter.NewMutex(rdb, "export")
+	held, err := blocker.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	info := enqueue(t, client, asynq.NewTask("export", nil), asynq.MaxRetry(0))
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer insp.Close()
+	state := func() asynq.TaskState {
+		got, err := insp.GetTaskInfo("default", info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	eventually(t, 10*time.Second, "a worker picks the task up", func() bool { return state() == asynq.TaskStateActive })
+	time.Sleep(500 * time.Millisecond) // ten MaxWaits
+	if s := state(); s != asynq.TaskStateActive {
+		t.Fatalf("gated MaxRetry(0) task is %v, want still active (waiting)", s)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != info.ID {
+			t.Fatalf("ran %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not run after the permit freed")
+	}
+}
+
+func TestLostLeaseCancelsHandler(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
+		asynqmw.LimiterOptions(limiter.Prefix("lost:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	startServer(t, srv.Addr(), 1, mw, func(ctx context.Context, task *asynq.Task) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil
+	})
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	enqueue(t, client, asynq.NewTask("slow", nil))
+	<-started
+	keys, _ := rdb.Keys(context.Background(), "lost:*").Result()
+	if len(keys) == 0 {
+		t.Fatal("no lease keys while the handler runs")
+	}
+	rdb.Del(context.Background(), keys...)
+	select {
+	case err := <-cause:
+		if !errors.Is(err, limiter.ErrLeaseLost) {
+			t.Fatalf("handler ctx cause %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler ctx not cancelled after its lease was deleted")
+	}
+}
+
+func TestPerKeyRule(t *testing.T) {
+	srv := redistest.StartServer(t)
+	type order struct{ Customer string }
+	mw, err := asynqmw.New(srv.Client(t), []asynqmw.Rule{{
+		Name: "orders", Type: "order", Limit: 2, MaxWait: 100 * time.Millisecond,
+		Key: func(t *asynq.Task) (string, bool) {
+			var o order
+			if json.Unmarshal(t.Payload(), &o) != nil || o.Customer != "A" {
+				return "", false // only customer A is capped
+			}
+			return o.Customer, true
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b concurrency
+	var finished atomic.Int64
+	startServer(t, srv.Addr(), 12, mw, func(ctx context.Context, task *asynq.Task) error {
+		var o order
+		_ = json.Unmarshal(task.Payload(), &o)
+		c := &b
+		if o.Customer == "A" {
+			c = &a
+		}
+		c.enter()
+		time.Sleep(100 * time.Millisecond)
+		c.leave()
+		finished.Add(1)
+		return nil
+	})
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	for i := range 12 {
+		customer := "A"
+		if i%2 == 1 {
+			customer = "B"
+		}
+		payload, _ := json.Marshal(order{Customer: customer})
+		enqueue(t, client, asynq.NewTask("order", payload))
+	}
+	eventually(t, 60*time.Second, "all orders finish", func() bool { return finished.Load() == 12 })
+	if p := a.peak.Load(); p > 2 {
+		t.Fatalf("customer A peaked at %d, cap 2", p)
+	}
+	if p := b.peak.Load(); p < 3 {
+		t.Fatalf("customer B peaked at %d: it should run freely (6 tasks, 12 workers)", p)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	cases := map[string][]asynqmw.Rule{
+		"no rules":           nil,
+		"empty name":         {{Limit: 1}},
+		"limit 0":            {{Name: "a"}},
+		"negative limit":     {{Name: "a", Limit: -1}},
+		"weight over limit":  {{Name: "a", Limit: 2, Weight: 3}},
+		"negative weight":    {{Name: "a", Limit: 2, Weight: -1}},
+		"type and prefix":    {{Name: "a", Limit: 1, Type: "x", TypePrefix: "y"}},
+		"negative TTL":       {{Name: "a", Limit: 1, TTL: -time.Second}},
+		"negative max wait":  {{Name: "a", Limit: 1, MaxWait: -1}},
+		"same name, 2 caps":  {{Name: "a", Limit: 1, Type: "x"}, {Name: "a", Limit: 2, Type: "y"}},
+		"TTL below limiter":  {{Name: "a", Limit: 1, TTL: time.Microsecond}},
+		"second rule broken": {{Name: "a", Limit: 1}, {Name: "", Limit: 1}},
+	}
+	for name, rules := range cases {
+		if _, err := asynqmw.New(rdb, rules); !errors.Is(err, limiter.ErrInvalidArgument) {
+			t.Errorf("%s: want an invalid-argument error, got %v", name, err)
+		}
+	}
+	if _, err := asynqmw.New(nil, []asynqmw.Rule{{Name: "a", Limit: 1}}); !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {
+		t.Errorf("two rules sharing a semaphore with the same limit: %v", err)
+	}
+}
+
+func TestRetryHelpers(t *testing.T) {
+	busy := asynqmw.IsFailure(nil)
+	if busy(nil) || !busy(errors.New("x")) {
+		t.Fatal("IsFailure(nil) must behave as asynq's default for other errors")
+	}
+	custom := asynqmw.IsFailure(func(error) bool { return false })
+	if custom(errors.New("x")) {
+		t.Fatal("IsFailure must defer to next")
+	}
+	delay := asynqmw.RetryDelay(func(int, error, *asynq.Task) time.Duration { return 42 * time.Second })
+	if d := delay(1, errors.New("x"), nil); d != 42*time.Second {
+		t.Fatalf("RetryDelay must defer to next: %v", d)
+	}
+}
+
+// runWorker is the child process of TestKilledWorkerFreesPermit.
+func runWorker(addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "crash", Type: "crash", Limit: 2, TTL: 2 * time.Second}})
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
+	mux := asynq.NewServeMux()
+	mux.Use(mw)
+	mux.HandleFunc("crash", func(ctx context.Context, task *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		rdb.Set(ctx, "started", id, 0)
+		<-ctx.Done() // runs until killed
+		return nil
+	})
+	if err := srv.Run(mux); err != nil {
+		os.Exit(1)
+	}
+}
+
+// A worker killed -9 mid-task: its permit comes back within the lease TTL
+// (not the task's timeout), and the task, when asynq retries it with the
+// same id, takes back that permit rather than a second one.
+func TestKilledWorkerFreesPermit(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "REDSEM_WORKER="+srv.Addr())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	info := enqueue(t, client, asynq.NewTask("crash", nil), asynq.Timeout(time.Hour))
+	eventually(t, 20*time.Second, "the worker starts the task", func() bool {
+		return rdb.Get(ctx, "started").Val() == info.ID
+	})
+	sem, _ := limiter.NewSemaphore(rdb, "crash", 2, limiter.TTL(2*time.Second))
+	hs, err := sem.Holders(ctx)
+	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
+		t.Fatalf("holders while the task runs: %+v, %v (want the task id %s)", hs, err, info.ID)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed := time.Now()
+
+	// The retried task (same id) re-takes its own permit: still one in use.
+	retry, err := sem.TryAcquire(ctx, limiter.ID(info.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sem.Available(ctx); n != 1 {
+		t.Fatalf("the retried task holds two permits: available %d of 2", n)
+	}
+	retry.StopRefresh()
+
+	eventually(t, 10*time.Second, "the permit comes back", func() bool {
+		n, _ := sem.Available(ctx)
+		return n == 2
+	})
+	if took := time.Since(killed); took > 5*time.Second {
+		t.Fatalf("permit back after %v; TTL 2s (task timeout 1h)", took)
+	}
+}
