@@ -164,21 +164,22 @@ func lastTry(ctx context.Context) bool {
 }
 
 func (m *middleware) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *limiter.Lease, rule string) error {
+	// Deferred, so a panicking handler (asynq recovers it) releases too.
+	defer func() {
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.releaseTimeout)
+		defer relCancel()
+		if err := lease.Release(relCtx); err != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
+			// Not fatal: the permit comes back when the lease's TTL runs out.
+			m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
+		}
+	}()
 	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	stop := context.AfterFunc(lease.Context(), func() {
-		// Before Release (stop is called first), the lease ends only by loss.
+		// Before Release (stop runs first), the lease ends only by loss.
 		m.opts.metrics.lost(rule)
 		cancel(context.Cause(lease.Context()))
 	})
-	err := next.ProcessTask(runCtx, t)
-	stop()
-	cancel(nil)
-
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.releaseTimeout)
-	defer relCancel()
-	if rerr := lease.Release(relCtx); rerr != nil && lease.Err() == nil {
-		// Not fatal: the permit comes back when the lease's TTL runs out.
-		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", rerr)
-	}
-	return err
+	defer stop()
+	return next.ProcessTask(runCtx, t)
 }

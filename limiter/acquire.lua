@@ -1,8 +1,8 @@
 -- ARGV: limit, weight, ttl_ms, id, proposed token ('' = use the server clock)
 -- A quorum proposes the token (the client clock) so that its nodes, whose
 -- clocks differ, agree on it unless one has seen a later token.
--- Returns {1, token, weight, permits still free} when granted (or when id
--- already holds a lease: that lease, refreshed), else
+-- Returns {1, token, weight, permits still free, existing} when granted
+-- (existing = 1 when id already held a lease: that lease, refreshed), else
 -- {0, ms until the earliest lease expires, permits in use}.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local field = ':' .. id
@@ -13,15 +13,17 @@ local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field)
 local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 
 local mine = st[4]
-if mine and tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') > now_ms then
+local score = mine and tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
+if mine and score > now_ms then
   local w, tok = parse(mine)
+  exp = math.max(exp, score) -- never shorten another holder's expiry
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   local at = next_keyexp(exp, ttl, keyexp)
   if at then
     redis.call('HSET', KEYS[2], 'keyexp', at)
     expire_keys(at)
   end
-  return {1, tok, w, limit - total}
+  return {1, tok, w, limit - total, 1}
 end
 
 -- Expired leases are swept only when they are in the way.
@@ -36,7 +38,7 @@ if total + weight <= limit then
   redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok, 'total', fmt(total + weight), 'token', tok,
     'keyexp', at or fmt(keyexp))
   if at then expire_keys(at) end
-  return {1, tok, weight, limit - total - weight}
+  return {1, tok, weight, limit - total - weight, 0}
 end
 
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

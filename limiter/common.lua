@@ -62,8 +62,9 @@ local function expire_keys(at)
 end
 
 -- Wakes waiters in other processes: cmd is '', 'PUBLISH' or 'SPUBLISH'.
--- The payload names the releasing process, which woke its own waiters
--- already and ignores the message.
+-- The payload, "<freed>:<origin>:<token>", names the releasing process,
+-- which woke its own waiters already and ignores the message, and the
+-- lease, so a quorum's nodes announcing one release wake waiters once.
 local function notify(cmd, channel, freed, origin)
   if cmd ~= '' and freed > 0 then
     redis.call(cmd, channel, fmt(freed) .. ':' .. origin)

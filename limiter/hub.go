@@ -3,6 +3,7 @@ package limiter
 import (
 	"container/list"
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ type hub struct {
 
 type topic struct {
 	channel string
+	recent  [16]string // last releases seen, to drop a quorum's repeats
+	next    int
 	waiters list.List     // of *waiter, in arrival order
 	ready   chan struct{} // closed once the subscription is confirmed or failed
 	sub     subscription
@@ -79,8 +82,10 @@ func (h *hub) join(ctx context.Context, channel string, weight int64) (*waiter, 
 }
 
 // joinOpen registers a waiter only if the channel's subscription is
-// already confirmed (no round trip), and says how many local waiters are
-// ahead of it. It returns nil when there is no such subscription.
+// already confirmed (no round trip), and says how many local waiters ahead
+// of it could use the permits it would take (those no heavier than it: a
+// heavier one waiting does not stop a lighter one from trying). It
+// returns nil when there is no such subscription.
 func (h *hub) joinOpen(channel string, weight int64) (*waiter, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -92,7 +97,12 @@ func (h *hub) joinOpen(channel string, weight int64) (*waiter, int) {
 		t.idle.Stop()
 		t.idle = nil
 	}
-	ahead := t.waiters.Len()
+	ahead := 0
+	for e := t.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*waiter).weight <= weight {
+			ahead++
+		}
+	}
 	w := &waiter{h: h, t: t, weight: weight, wake: make(chan struct{}, 1)}
 	w.el = t.waiters.PushBack(w)
 	return w, ahead
@@ -117,12 +127,13 @@ func (h *hub) open(t *topic) {
 	}
 }
 
-// dispatch handles wake messages "<permits freed>:<origin>"; releases by
-// this process were handled when they happened.
+// dispatch handles wake messages "<permits freed>:<origin>:<token>".
+// Releases by this process were handled when they happened; every node of
+// a quorum announces the same release, and only the first counts.
 func (h *hub) dispatch(t *topic) {
 	for msg := range t.sub.messages() {
-		n, origin, _ := strings.Cut(msg.Payload, ":")
-		if origin == h.origin {
+		n, release, _ := strings.Cut(msg.Payload, ":")
+		if origin, _, _ := strings.Cut(release, ":"); origin == h.origin {
 			continue
 		}
 		freed, err := strconv.ParseInt(n, 10, 64)
@@ -130,7 +141,11 @@ func (h *hub) dispatch(t *topic) {
 			freed = 1
 		}
 		h.mu.Lock()
-		h.wakeLocked(t, freed)
+		if !slices.Contains(t.recent[:], release) {
+			t.recent[t.next] = release
+			t.next = (t.next + 1) % len(t.recent)
+			h.wakeLocked(t, freed)
+		}
 		h.mu.Unlock()
 	}
 }
@@ -176,6 +191,13 @@ func (w *waiter) leave() {
 	h, t := w.h, w.t
 	h.mu.Lock()
 	t.waiters.Remove(w.el)
+	select {
+	case <-w.wake:
+		// Woken but leaving (it acquired, or gave up): the permits it
+		// was woken for may be free, so wake the next in line instead.
+		h.wakeLocked(t, w.weight)
+	default:
+	}
 	if t.waiters.Len() == 0 && t.sub != nil {
 		h.lingerLocked(t)
 	}

@@ -60,8 +60,10 @@ func (l *Lease) ID() string { return l.id }
 // Token is the fencing token: strictly greater than the token of every
 // earlier acquisition of this semaphore name, including after every key of
 // the name expired (tokens are never below the Redis server's time in
-// microseconds). Pass it to the resource you protect so it can refuse a
-// holder that was superseded.
+// microseconds; on a Redlock semaphore, the acquiring client's time). A
+// same-id re-acquire and Resume return the lease's existing token. Pass it
+// to the resource you protect so it can refuse a holder that was
+// superseded.
 func (l *Lease) Token() int64 {
 	t, _ := strconv.ParseInt(l.token, 10, 64)
 	return t

@@ -64,10 +64,11 @@ func AttemptsLimit(n int) Option { return func(c *config) { c.attempts = n } }
 // Cluster slot.
 func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// OnLost registers a callback run (in its own goroutine) when a lease this
-// process keeps alive is lost: Redis no longer has it, or no refresh was
-// confirmed before its local deadline. It is not called for leases that
-// end at their TTL with auto-refresh off, nor after Release.
+// OnLost registers a callback run (in its own goroutine) when a lease is
+// lost while this process keeps it alive: a refresh (automatic or by
+// Lease.Refresh) finds it gone from Redis, or no refresh was confirmed
+// before its local deadline. It is not called for leases that end at
+// their TTL with auto-refresh off, nor after Release.
 func OnLost(fn func(l *Lease, err error)) Option { return func(c *config) { c.onLost = fn } }
 
 // Metrics reports acquisitions, waits, held and lost leases and refresh
@@ -92,14 +93,17 @@ func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
 	}
-	if c.ttl < time.Millisecond {
-		return argError("TTL", c.ttl, "Redis counts leases in milliseconds: must be >= 1ms")
+	if c.clockDrift < 0 || c.clockDrift >= 0.5 {
+		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
+	}
+	if c.ttl < 5*time.Millisecond {
+		return argError("TTL", c.ttl, "must be >= 5ms (Redis counts in milliseconds, and a holder allows for clock drift)")
 	}
 	if !c.refreshSet {
 		c.refresh = c.ttl / 3
 	}
-	if c.refresh < 0 || c.refresh >= c.ttl {
-		return argError("RefreshInterval", c.refresh, "must be >= 0 and < TTL "+c.ttl.String())
+	if c.refresh < 0 || c.refresh >= c.ttl-c.drift(c.ttl) {
+		return argError("RefreshInterval", c.refresh, "must be >= 0 and below the TTL less the drift allowance ("+(c.ttl-c.drift(c.ttl)).String()+")")
 	}
 	if c.acquireTimeout < 0 {
 		return argError("AcquireTimeout", c.acquireTimeout, "must be >= 0")
@@ -111,9 +115,6 @@ func (c *config) validate() error {
 		if r == '{' || r == '}' {
 			return argError("Prefix", c.prefix, "must not contain '{' or '}'")
 		}
-	}
-	if c.clockDrift < 0 || c.clockDrift >= 0.5 {
-		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
 	}
 	if c.nodeTimeout == 0 {
 		c.nodeTimeout = min(c.ttl/10, 500*time.Millisecond)

@@ -105,6 +105,9 @@ func newQuorumStore(nodes []redis.UniversalClient, addrs []string, quorum int, c
 		q.nodes = append(q.nodes, newRedisStore(n))
 		fmt.Fprintf(&id, ":%p", n)
 	}
+	// The refresher shared under this identity runs this store's quorum
+	// rules, so stores that count differently must not share it.
+	fmt.Fprintf(&id, ";q=%d;t=%v", quorum, cfg.nodeTimeout)
 	q.ident = id.String()
 	return q
 }
@@ -142,7 +145,7 @@ type nodeAnswer[T any] struct {
 // its timeout. Each node call is bounded by the node timeout but not
 // cancelled with ctx, so what was started finishes; answers that come
 // after gather returned go to late (if not nil), in the background.
-func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ctx context.Context, n *redisStore) (T, error),
+func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ctx context.Context, i int, n *redisStore) (T, error),
 	decide func(a nodeAnswer[T]) bool, late func(a nodeAnswer[T])) {
 	if nodes == nil {
 		nodes = make([]int, len(q.nodes))
@@ -155,7 +158,7 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 		go func() {
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.nodeTimeout)
 			defer cancel()
-			v, err := within(nctx, func() (T, error) { return ask(nctx, q.nodes[i]) })
+			v, err := within(nctx, func() (T, error) { return ask(nctx, i, q.nodes[i]) })
 			answers <- nodeAnswer[T]{i: i, v: v, err: err}
 		}()
 	}
@@ -182,28 +185,6 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 	}
 }
 
-// within returns when fn does or ctx ends, whichever is first: go-redis
-// honours context deadlines on the socket only with ContextTimeoutEnabled,
-// and a paused node must not hold up the quorum.
-func within[T any](ctx context.Context, fn func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := fn()
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, context.Cause(ctx)
-	}
-}
-
 func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
 	start := time.Now()
 	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
@@ -211,9 +192,7 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	replies := make([]acquireReply, n)
 	errs := make([]error, n)
 	var granted, busy, failed []int
-	var token int64
-	agree := true
-	gather(ctx, q, nil, func(ctx context.Context, node *redisStore) (acquireReply, error) {
+	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) (acquireReply, error) {
 		return node.acquire(ctx, k, r)
 	}, func(a nodeAnswer[acquireReply]) bool {
 		replies[a.i], errs[a.i] = a.v, a.err
@@ -221,9 +200,6 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		case a.err != nil:
 			failed = append(failed, a.i)
 		case a.v.granted:
-			t, _ := strconv.ParseInt(a.v.token, 10, 64)
-			agree = agree && (len(granted) == 0 || t == token)
-			token = max(token, t)
 			granted = append(granted, a.i)
 		default:
 			busy = append(busy, a.i)
@@ -238,13 +214,14 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		// A grant after an early "full" is given back, by its own token
 		// so that no later attempt with the same id is touched.
 		if a.err == nil && a.v.granted && !r.idGiven {
-			q.releaseOn(k, r.id, a.v.token, []int{a.i})
+			q.releaseOn(k, r.id, map[int]string{a.i: a.v.token})
 		}
 	})
 	validity := r.ttl - time.Since(start) - q.cfg.drift(r.ttl)
 	if len(granted) >= q.quorum && validity > 0 {
+		token, differ := quorumToken(replies, granted)
 		tok := strconv.FormatInt(token, 10)
-		if agree || q.setToken(k, r.id, tok, granted) {
+		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= q.quorum {
 			q.raiseToken(token)
 			rep := acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight, free: replies[granted[0]].free}
 			for _, i := range granted {
@@ -253,13 +230,21 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 			return rep, nil
 		}
 	}
-	// No quorum: give back what was granted, and, for a random id, what a
-	// node may have granted with its reply lost.
-	undo := granted
-	if !r.idGiven {
-		undo = append(slices.Clone(granted), failed...)
+	// No quorum: give back the leases this attempt created (by their own
+	// tokens; a lease the id already held stays with its holder), and, for
+	// a random id, what a node may have granted with its reply lost.
+	undo := map[int]string{}
+	for _, i := range granted {
+		if !replies[i].existed {
+			undo[i] = replies[i].token
+		}
 	}
-	q.releaseOn(k, r.id, "", undo)
+	if !r.idGiven {
+		for _, i := range failed {
+			undo[i] = ""
+		}
+	}
+	q.releaseOn(k, r.id, undo)
 	if ctx.Err() != nil {
 		return acquireReply{}, context.Cause(ctx)
 	}
@@ -278,21 +263,44 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	return acquireReply{}, q.quorumError("acquire", len(granted), busy, errs)
 }
 
-// setToken gives the lease on the granting nodes the quorum's token (the
-// write-back); it reports whether a quorum of them took it.
-func (q *quorumStore) setToken(k keyspace, id, token string, nodes []int) bool {
-	ok, failed := 0, 0
-	gather(context.Background(), q, nodes, func(ctx context.Context, n *redisStore) (int64, error) {
+// quorumToken picks the lease's token: that of a lease the id already held
+// (its holder knows that token), else the highest granted. differ lists
+// the granting nodes that hold another token.
+func quorumToken(replies []acquireReply, granted []int) (token int64, differ []int) {
+	existing := false
+	for _, i := range granted {
+		t, _ := strconv.ParseInt(replies[i].token, 10, 64)
+		switch {
+		case replies[i].existed && (!existing || t > token):
+			token, existing = t, true
+		case !existing && t > token:
+			token = t
+		}
+	}
+	for _, i := range granted {
+		if replies[i].token != strconv.FormatInt(token, 10) {
+			differ = append(differ, i)
+		}
+	}
+	return token, differ
+}
+
+// setToken gives the lease on the given nodes the quorum's token (the
+// write-back) and reports on how many it did.
+func (q *quorumStore) setToken(k keyspace, id, token string, nodes []int) int {
+	if len(nodes) == 0 {
+		return 0
+	}
+	ok := 0
+	gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
 		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
 	}, func(a nodeAnswer[int64]) bool {
 		if a.err == nil && a.v == 1 {
 			ok++
-		} else {
-			failed++
 		}
-		return ok >= q.quorum || failed > len(nodes)-q.quorum
+		return false
 	}, nil)
-	return ok >= q.quorum
+	return ok
 }
 
 func (q *quorumStore) raiseToken(t int64) {
@@ -304,16 +312,20 @@ func (q *quorumStore) raiseToken(t int64) {
 	}
 }
 
-// releaseOn removes this process's own attempt from the given nodes (token
-// "" = any). It waits for the nodes that answer and leaves the silent ones
-// to finish in the background.
-func (q *quorumStore) releaseOn(k keyspace, id, token string, nodes []int) {
-	if len(nodes) == 0 {
+// releaseOn removes this process's own attempt from the nodes given as
+// node -> token ("" = any). It waits for the nodes that answer and leaves
+// the silent ones to finish in the background.
+func (q *quorumStore) releaseOn(k keyspace, id string, tokens map[int]string) {
+	if len(tokens) == 0 {
 		return
 	}
+	nodes := make([]int, 0, len(tokens))
+	for i := range tokens {
+		nodes = append(nodes, i)
+	}
 	pending := len(nodes)
-	gather(context.Background(), q, nodes, func(ctx context.Context, n *redisStore) (int64, error) {
-		return n.release(ctx, k, id, token, "")
+	gather(context.Background(), q, nodes, func(ctx context.Context, i int, n *redisStore) (int64, error) {
+		return n.release(ctx, k, id, tokens[i], "")
 	}, func(a nodeAnswer[int64]) bool {
 		if a.err == nil {
 			pending--
@@ -332,7 +344,7 @@ func (q *quorumStore) refresh(ctx context.Context, reqs []refreshRequest) []refr
 		nodeErrs[j] = make([]error, n)
 	}
 	decided := func(j int) bool { return held[j] >= q.quorum || gone[j] > n-q.quorum }
-	gather(ctx, q, nil, func(ctx context.Context, node *redisStore) ([]refreshReply, error) {
+	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) ([]refreshReply, error) {
 		return node.refresh(ctx, reqs), nil
 	}, func(a nodeAnswer[[]refreshReply]) bool {
 		all := true
@@ -375,7 +387,7 @@ func (q *quorumStore) release(ctx context.Context, k keyspace, id, token, origin
 	errs := make([]error, len(q.nodes))
 	var most int64
 	answered, failed := 0, 0
-	gather(ctx, q, nil, func(ctx context.Context, n *redisStore) (int64, error) {
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
 		return n.release(ctx, k, id, token, origin)
 	}, func(a nodeAnswer[int64]) bool {
 		errs[a.i] = a.err

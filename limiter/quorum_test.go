@@ -393,3 +393,27 @@ func TestRedlockBadNodes(t *testing.T) {
 		t.Errorf("node timeout above TTL: %v", err)
 	}
 }
+
+// A retry with the id of a live lease that fails to reach a quorum must not
+// take that lease away from the nodes it is on.
+func TestRedlockFailedRetryKeepsExistingLease(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	mu, err := limiter.NewRedlockMutex(q.nodes, "retry-keeps", limiter.Prefix("keeps:"), limiter.NodeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := mu.Acquire(ctx, limiter.ID("task-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.StopRefresh()
+	q.servers[1].Stop(t)
+	q.servers[2].Stop(t)
+	if _, err := mu.TryAcquire(ctx, limiter.ID("task-1")); err == nil {
+		t.Fatal("acquire on 1 of 3 nodes succeeded")
+	}
+	if n := leaseCount(t, q, 0, "keeps:"); n != 1 {
+		t.Fatalf("the failed retry removed the live lease from node 0 (%d left)", n)
+	}
+}

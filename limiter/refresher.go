@@ -93,27 +93,28 @@ func (r *refresher) due(now time.Time) (batch []*Lease, next time.Time, ok bool)
 
 func (r *refresher) refresh(batch []*Lease) {
 	sent := time.Now()
-	deadline := sent.Add(time.Hour)
+	var deadline time.Time
 	reqs := make([]refreshRequest, len(batch))
 	for i, l := range batch {
 		reqs[i] = l.refreshRequest()
-		deadline = minTime(deadline, l.localDeadline())
+		deadline = maxTime(deadline, l.localDeadline())
 	}
-	// A reply after the earliest local deadline is useless to that lease,
-	// and a hung server must not stall the others' next round.
+	// A reply after every lease's local deadline is useless, and a hung
+	// server must not stall the refresher longer (go-redis honours the
+	// context on the socket only with ContextTimeoutEnabled, so within
+	// enforces it).
 	ctx, cancel := context.WithDeadline(context.Background(), maxTime(deadline, sent.Add(10*time.Millisecond)))
-	replies := r.st.refresh(ctx, reqs)
+	replies, err := within(ctx, func() ([]refreshReply, error) { return r.st.refresh(ctx, reqs), nil })
 	cancel()
+	if err != nil {
+		replies = make([]refreshReply, len(reqs))
+		for i := range replies {
+			replies[i].err = err
+		}
+	}
 	for i, l := range batch {
 		l.refreshed(sent, replies[i])
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 func maxTime(a, b time.Time) time.Time {

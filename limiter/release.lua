@@ -14,6 +14,6 @@ redis.call('HDEL', KEYS[2], field)
 redis.call('HINCRBY', KEYS[2], 'total', -w)
 -- An expired lease is removed all the same (its permits were free for
 -- the taking already), but it was not held.
-notify(ARGV[3], ARGV[4], w, ARGV[5])
+notify(ARGV[3], ARGV[4], w, ARGV[5] .. ':' .. tok)
 if expired then return 0 end
 return w

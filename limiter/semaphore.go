@@ -12,6 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// maxLimit keeps permit sums exact in Lua, whose numbers are doubles.
+const maxLimit = 1 << 40
+
 // maxFallbackWait caps how long a waiter sleeps without a wake message, so
 // a lost message costs at most this much latency, never liveness.
 const maxFallbackWait = 2 * time.Second
@@ -56,8 +59,8 @@ func newSemaphore(name string, limit int64, opts []Option, open func(*config) st
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
-	if limit < 1 {
-		return nil, argError("limit", limit, "must be >= 1")
+	if limit < 1 || limit > maxLimit {
+		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -152,7 +155,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 	switch {
 	case errors.Is(err, ErrTimeout):
 		outcome = OutcomeTimeout
-	case errors.Is(err, ctx.Err()) && ctx.Err() != nil:
+	case err != nil && ctx.Err() != nil:
 		outcome = OutcomeCanceled
 	case err != nil:
 		outcome = OutcomeError
@@ -344,6 +347,9 @@ func (s *Semaphore) checkTicket(t Ticket) error {
 	if t.Name != s.name {
 		return argError("ticket", t, fmt.Sprintf("is for %q, not %q", t.Name, s.name))
 	}
+	if t.Weight > s.limit {
+		return argError("ticket", t, fmt.Sprintf("weight is above the limit %d", s.limit))
+	}
 	return nil
 }
 
@@ -353,25 +359,27 @@ func (s *Semaphore) checkTicket(t Ticket) error {
 // meanwhile, the loss; and a failure to release joined to either. The
 // release uses a context detached from ctx, so it happens even when ctx
 // was cancelled.
-func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
 	l, err := s.Acquire(ctx, opts...)
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-	err = fn(runCtx)
-	stop()
-	cancel(nil)
-	if err == nil {
-		if lost := l.Err(); lost != nil && errors.Is(lost, ErrLeaseLost) {
-			err = lost
+	// Deferred, so that a panic in fn (recovered further up) does not
+	// leave the lease refreshed for the life of the process.
+	defer func() {
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer relCancel()
+		rerr := l.Release(relCtx)
+		if rerr != nil && !(errors.Is(rerr, ErrNotHeld) && errors.Is(l.Err(), ErrLeaseLost)) {
+			err = errors.Join(err, rerr)
 		}
-	}
-	relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer relCancel()
-	if rerr := l.Release(relCtx); rerr != nil && !(errors.Is(rerr, ErrNotHeld) && errors.Is(l.Err(), ErrLeaseLost)) {
-		err = errors.Join(err, rerr)
+	}()
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
+	defer stop()
+	if err = fn(runCtx); err == nil && errors.Is(l.Err(), ErrLeaseLost) {
+		err = l.Err()
 	}
 	return err
 }

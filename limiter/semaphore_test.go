@@ -28,6 +28,9 @@ func TestCore(t *testing.T) {
 		t.Run("AcquireTimeoutAndCancel", func(t *testing.T) { testAcquireGivesUp(t, b) })
 		t.Run("ExpiredLeasesFreePermits", func(t *testing.T) { testExpiry(t, b) })
 		t.Run("ArrivalOrderWithinProcess", func(t *testing.T) { testArrivalOrder(t, b) })
+		t.Run("LighterWaiterNotBlockedByHeavier", func(t *testing.T) { testLighterWaiter(t, b) })
+		t.Run("DoReleasesOnPanic", func(t *testing.T) { testDoPanic(t, b) })
+		t.Run("ResumeNeverShortens", func(t *testing.T) { testResumeNeverShortens(t, b) })
 	})
 }
 
@@ -627,5 +630,83 @@ func testArrivalOrder(t *testing.T, b backend) {
 		if w != i {
 			t.Fatalf("served in order %v, want arrival order", got)
 		}
+	}
+}
+
+// A waiter queued behind a heavier one still takes permits that are free
+// for it, rather than waiting for a release that may not come.
+func testLighterWaiter(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "lighter"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := make(chan error, 1)
+	go func() {
+		l, err := sem.Acquire(ctx, limiter.Weight(3))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		heavy <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the heavy one is queued
+	start := time.Now()
+	light, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 2s fallback timer would be the only other way in.
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("a weight-1 acquire with 2 permits free took %v behind a weight-3 waiter", took)
+	}
+	_ = light.Release(ctx)
+	_ = held.Release(ctx)
+	if err := <-heavy; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testDoPanic(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "panic"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = sem.Do(ctx, func(context.Context) error { panic("boom") })
+	}()
+	if n, err := sem.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("after fn panicked: available %d, %v; want the permit back", n, err)
+	}
+}
+
+// Adopting a lease with a shorter TTL must not cut the expiry its other
+// holder was promised.
+func testResumeNeverShortens(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	name := uniqueName(b, "shorten")
+	long, _ := limiter.NewMutex(rdb, name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
+	short, _ := limiter.NewMutex(rdb, name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
+	l, err := long.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.Resume(ctx, l.Ticket()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := long.Holders(ctx)
+	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
+		t.Fatalf("expiry shortened: %+v", hs)
 	}
 }

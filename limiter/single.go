@@ -43,11 +43,12 @@ func parseAcquire(v []any) (acquireReply, error) {
 		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	granted, _ := v[0].(int64)
-	if granted == 1 && len(v) == 4 {
+	if granted == 1 && len(v) == 5 {
 		tok, _ := v[1].(string)
 		w, _ := v[2].(int64)
 		free, _ := v[3].(int64)
-		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0)}, nil
+		existed, _ := v[4].(int64)
+		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0), existed: existed == 1}, nil
 	}
 	wait, _ := v[1].(int64)
 	inUse, _ := v[2].(int64)

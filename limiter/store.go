@@ -51,6 +51,7 @@ type acquireReply struct {
 	token   string
 	weight  int64
 	free    int64         // when granted: permits still free after it
+	existed bool          // when granted: the id already held this lease
 	retryIn time.Duration // when not granted: until the earliest expiry
 	inUse   int64         // when not granted
 }
