@@ -1,0 +1,246 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// DefaultLockTTL is how long a job's lock may wait for a worker to adopt
+// it, when the job does not say.
+const DefaultLockTTL = time.Minute
+
+// Job is one scheduled task and the lock that keeps its runs apart.
+type Job struct {
+	// Name identifies the job in metrics, logs and task ids (required).
+	Name string
+	// Spec is a cron spec, with an optional leading seconds field
+	// ("*/10 * * * * *", "0 3 * * *") or a descriptor ("@every 2s").
+	// Ignored by Enqueue.
+	Spec string
+	// TaskType and Payload make the task; Options are passed to
+	// asynq's Enqueue (a per-tick TaskID is added).
+	TaskType string
+	Payload  []byte
+	Options  []asynq.Option
+	// Lock names the lock (default Name); Limit is how many runs may be
+	// in flight at once (default 1: a mutex).
+	Lock  string
+	Limit int64
+	// TTL must cover the time from enqueue to a worker adopting the lease
+	// (default DefaultLockTTL); a task picked up later is skipped.
+	TTL time.Duration
+}
+
+// Option configures a Scheduler or Adopt.
+type Option func(*options)
+
+type options struct {
+	location    *time.Location
+	metrics     *Collector
+	logger      *slog.Logger
+	limiterOpts []limiter.Option
+	ttl         time.Duration // Adopt: the worker's TTL
+	release     time.Duration
+}
+
+// Location sets the time zone of cron specs (default time.Local).
+func Location(loc *time.Location) Option { return func(o *options) { o.location = loc } }
+
+// Metrics counts ticks, skips, enqueues and adoptions in c.
+func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
+
+// Logger sets where skips, failures and adoptions are logged (default
+// slog.Default()).
+func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// LimiterOptions passes options to every lock (e.g. limiter.Prefix); the
+// scheduler and the workers must agree on the prefix.
+func LimiterOptions(opts ...limiter.Option) Option {
+	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
+}
+
+// WorkerTTL sets the TTL an adopting worker keeps the lease with (default
+// limiter.DefaultTTL); it is refreshed while the handler runs.
+func WorkerTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+func newOptions(opts []Option) options {
+	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL, release: 5 * time.Second}
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	return o
+}
+
+// Scheduler runs jobs on their cron schedules; see the package doc.
+type Scheduler struct {
+	rdb    redis.UniversalClient
+	client *asynq.Client
+	opts   options
+	cron   *cron.Cron
+	parser cron.Parser
+
+	mu    sync.Mutex
+	locks map[string]*limiter.Semaphore
+}
+
+// New returns a Scheduler that takes locks on rdb and enqueues with
+// client. Nothing runs until Start.
+func New(rdb redis.UniversalClient, client *asynq.Client, opts ...Option) (*Scheduler, error) {
+	if client == nil {
+		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+	}
+	o := newOptions(opts)
+	if o.location == nil {
+		return nil, &limiter.ArgumentError{Arg: "Location", Value: nil, Reason: "must not be nil"}
+	}
+	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	return &Scheduler{
+		rdb: rdb, client: client, opts: o, parser: parser, locks: map[string]*limiter.Semaphore{},
+		cron: cron.New(cron.WithLocation(o.location), cron.WithParser(parser)),
+	}, nil
+}
+
+// Register adds a job; a bad spec or job is an error naming the field.
+// Jobs may be registered before or after Start.
+func (s *Scheduler) Register(job Job) error {
+	job, err := s.check(job)
+	if err != nil {
+		return err
+	}
+	if _, err := s.parser.Parse(job.Spec); err != nil {
+		return &limiter.ArgumentError{Arg: "Spec", Value: job.Spec, Reason: err.Error()}
+	}
+	_, err = s.cron.AddFunc(job.Spec, func() { s.tick(job) })
+	return err
+}
+
+// Start runs the schedules in the background.
+func (s *Scheduler) Start() { s.cron.Start() }
+
+// Stop stops the schedules; the returned context is done once running
+// ticks have finished.
+func (s *Scheduler) Stop() context.Context { return s.cron.Stop() }
+
+func (s *Scheduler) check(job Job) (Job, error) {
+	bad := func(field string, v any, reason string) (Job, error) {
+		return job, &limiter.ArgumentError{Arg: field, Value: v, Reason: reason}
+	}
+	switch {
+	case job.Name == "":
+		return bad("Name", `""`, "must not be empty")
+	case job.TaskType == "":
+		return bad("TaskType", `""`, "must not be empty")
+	case job.Limit < 0:
+		return bad("Limit", job.Limit, "must be >= 1")
+	case job.TTL < 0:
+		return bad("TTL", job.TTL, "must be > 0")
+	}
+	if job.Lock == "" {
+		job.Lock = job.Name
+	}
+	if job.Limit == 0 {
+		job.Limit = 1
+	}
+	if job.TTL == 0 {
+		job.TTL = DefaultLockTTL
+	}
+	_, err := s.lock(job)
+	return job, err
+}
+
+// lock is the job's semaphore as the scheduler uses it: refresh off, the
+// lease lives on in Redis after the tick for the worker to adopt.
+func (s *Scheduler) lock(job Job) (*limiter.Semaphore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := fmt.Sprintf("%s/%d/%v", job.Lock, job.Limit, job.TTL)
+	if sem, ok := s.locks[key]; ok {
+		return sem, nil
+	}
+	opts := append([]limiter.Option{limiter.TTL(job.TTL), limiter.RefreshInterval(0)}, s.opts.limiterOpts...)
+	sem, err := limiter.NewSemaphore(s.rdb, job.Lock, job.Limit, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.locks[key] = sem
+	return sem, nil
+}
+
+func (s *Scheduler) tick(job Job) {
+	s.opts.metrics.add(job.Name, EventTick)
+	// Every scheduler process computes the same id for the same tick, so
+	// asynq refuses a second enqueue of it.
+	at := time.Now().Round(time.Second)
+	taskID := fmt.Sprintf("%s:%d", job.Name, at.Unix())
+	ctx, cancel := context.WithTimeout(context.Background(), job.TTL)
+	defer cancel()
+	_, err := s.enqueue(ctx, job, taskID)
+	switch {
+	case errors.Is(err, limiter.ErrBusy):
+		s.opts.logger.Info("redsem scheduler: lock held, tick skipped", "job", job.Name, "lock", job.Lock)
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		s.opts.logger.Info("redsem scheduler: tick already enqueued by another scheduler", "job", job.Name, "task", taskID)
+	case err != nil:
+		s.opts.logger.Warn("redsem scheduler: tick failed", "job", job.Name, "err", err)
+	}
+}
+
+// Enqueue runs one tick of job now, outside any schedule: it takes the
+// lock or returns an error matching limiter.ErrBusy, then enqueues the
+// task carrying the ticket. If the enqueue fails, the lock is released and
+// the error returned.
+func (s *Scheduler) Enqueue(ctx context.Context, job Job) (*asynq.TaskInfo, error) {
+	job, err := s.check(job)
+	if err != nil {
+		return nil, err
+	}
+	return s.enqueue(ctx, job, job.Name+":"+uuid.NewString())
+}
+
+func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq.TaskInfo, error) {
+	sem, err := s.lock(job)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := sem.TryAcquire(ctx)
+	if err != nil {
+		if errors.Is(err, limiter.ErrBusy) {
+			s.opts.metrics.add(job.Name, EventSkippedBusy)
+		}
+		return nil, err
+	}
+	headers := map[string]string{
+		HeaderTicket: lease.Ticket().String(),
+		HeaderLimit:  strconv.FormatInt(job.Limit, 10),
+		HeaderJob:    job.Name,
+	}
+	task := asynq.NewTaskWithHeaders(job.TaskType, job.Payload, headers)
+	info, err := s.client.EnqueueContext(ctx, task, append(slices.Clip(job.Options), asynq.TaskID(taskID))...)
+	if err != nil {
+		s.opts.metrics.add(job.Name, EventEnqueueFailed)
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.release)
+		defer cancel()
+		if rerr := lease.Release(relCtx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return nil, fmt.Errorf("redsem scheduler: enqueue %s: %w", job.Name, err)
+	}
+	lease.StopRefresh() // the worker keeps it from here
+	s.opts.metrics.add(job.Name, EventEnqueued)
+	return info, nil
+}

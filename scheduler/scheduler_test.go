@@ -1,0 +1,212 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/scheduler"
+)
+
+type env struct {
+	addr    string
+	rdb     *redis.Client
+	client  *asynq.Client
+	insp    *asynq.Inspector
+	metrics *scheduler.Collector
+}
+
+func newEnv(t *testing.T) env {
+	srv := redistest.StartServer(t)
+	e := env{addr: srv.Addr(), rdb: srv.Client(t), metrics: scheduler.NewCollector(),
+		client: asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()}),
+		insp:   asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})}
+	t.Cleanup(func() { e.client.Close(); e.insp.Close() })
+	return e
+}
+
+// worker runs an asynq server whose handlers go through Adopt.
+func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option) {
+	mw, err := scheduler.Adopt(e.rdb, append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: e.addr}, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(mw(h)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHandoffToWorker(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s, err := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := scheduler.Job{Name: "export", TaskType: "export", TTL: 30 * time.Second}
+	lock, _ := limiter.NewMutex(e.rdb, "export")
+	release := make(chan struct{})
+	held := make(chan int, 1)
+	e.worker(t, func(ctx context.Context, task *asynq.Task) error {
+		hs, _ := lock.Holders(ctx)
+		held <- len(hs)
+		<-release
+		return nil
+	})
+	info, err := s.Enqueue(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := <-held; n != 1 {
+		t.Fatalf("%d holders of the lock while the adopted handler runs", n)
+	}
+	if _, err := s.Enqueue(ctx, job); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("second run while the first holds the lock: want ErrBusy, got %v", err)
+	}
+	close(release)
+	eventually(t, 10*time.Second, "the worker releases the lock", func() bool {
+		n, _ := lock.Available(ctx)
+		return n == 1
+	})
+	if e.metrics.Count("export", scheduler.EventAdopted) != 1 || e.metrics.Count("export", scheduler.EventSkippedBusy) != 1 {
+		t.Fatal("adopted/skipped counters")
+	}
+	if info.ID == "" {
+		t.Fatal("no task id")
+	}
+}
+
+// A task whose lease expired before a worker picked it up is skipped.
+func TestExpiredTicketIsSkipped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s, _ := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	info, err := s.Enqueue(ctx, scheduler.Job{Name: "late", TaskType: "late", TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // no worker yet: the lock expires
+	var ran atomic.Bool
+	e.worker(t, func(context.Context, *asynq.Task) error { ran.Store(true); return nil })
+	eventually(t, 20*time.Second, "the task is archived", func() bool {
+		ti, err := e.insp.GetTaskInfo("default", info.ID)
+		return err == nil && ti.State == asynq.TaskStateArchived
+	})
+	if ran.Load() {
+		t.Fatal("the handler ran without the lock")
+	}
+	if e.metrics.Count("late", scheduler.EventAdoptFailed) != 1 {
+		t.Fatal("adopt failure not counted")
+	}
+}
+
+func TestLostLockCancelsHandler(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s, _ := scheduler.New(e.rdb, e.client, scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
+	cause := make(chan error, 1)
+	started := make(chan struct{})
+	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil
+	}, scheduler.WorkerTTL(time.Second), scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
+	if _, err := s.Enqueue(ctx, scheduler.Job{Name: "lost", TaskType: "lost"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	keys, _ := e.rdb.Keys(ctx, "sched-lost:*").Result()
+	e.rdb.Del(ctx, keys...)
+	select {
+	case err := <-cause:
+		if !errors.Is(err, limiter.ErrLeaseLost) {
+			t.Fatalf("cause %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not cancelled after its lock was lost")
+	}
+}
+
+// A job every second whose handler takes 2.5s: ticks are skipped while a
+// run holds the lock, and runs never overlap.
+func TestCronSkipsWhileHeld(t *testing.T) {
+	e := newEnv(t)
+	var running, overlaps, runs atomic.Int64
+	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
+		if running.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		runs.Add(1)
+		time.Sleep(2500 * time.Millisecond)
+		running.Add(-1)
+		return nil
+	})
+	s, _ := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	if err := s.Register(scheduler.Job{Name: "tick", Spec: "* * * * * *", TaskType: "tick", TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	time.Sleep(6 * time.Second)
+	<-s.Stop().Done()
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlapping runs", overlaps.Load())
+	}
+	if e.metrics.Count("tick", scheduler.EventSkippedBusy) < 2 || runs.Load() < 1 {
+		t.Fatalf("skipped %v ticks, %d runs", e.metrics.Count("tick", scheduler.EventSkippedBusy), runs.Load())
+	}
+}
+
+func TestBadJobs(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	s, err := scheduler.New(rdb, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]scheduler.Job{
+		"no name":   {Spec: "@every 1s", TaskType: "x"},
+		"no type":   {Name: "a", Spec: "@every 1s"},
+		"bad spec":  {Name: "a", Spec: "every second", TaskType: "x"},
+		"bad limit": {Name: "a", Spec: "@every 1s", TaskType: "x", Limit: -1},
+		"bad TTL":   {Name: "a", Spec: "@every 1s", TaskType: "x", TTL: -1},
+		"prefix {}": {Name: "a", Spec: "@every 1s", TaskType: "x"},
+	}
+	for name, job := range cases {
+		s := s
+		if name == "prefix {}" {
+			s, _ = scheduler.New(rdb, client, scheduler.LimiterOptions(limiter.Prefix("{")))
+		}
+		if err := s.Register(job); !errors.Is(err, limiter.ErrInvalidArgument) {
+			t.Errorf("%s: want an invalid-argument error, got %v", name, err)
+		}
+	}
+	if _, err := scheduler.New(rdb, nil); !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := scheduler.Adopt(nil); !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Errorf("nil rdb in Adopt: %v", err)
+	}
+}
