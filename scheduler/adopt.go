@@ -76,12 +76,22 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 				a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", err)
 			}
 		}()
-		runCtx, cancel := context.WithCancelCause(ctx)
+		runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 		defer cancel(nil)
 		stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 		defer stop()
 		return next.ProcessTask(runCtx, t)
 	})
+}
+
+type leaseKey struct{}
+
+// LeaseFrom returns the lease an adopting worker holds for the task being
+// handled, e.g. to pass its fencing token (lease.Token()) to the resource
+// the job writes to.
+func LeaseFrom(ctx context.Context) (*limiter.Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*limiter.Lease)
+	return l, ok
 }
 
 func (a *adopter) resume(ctx context.Context, text, limitText string) (*limiter.Lease, error) {
