@@ -9,9 +9,9 @@ if want ~= '' and tok ~= want then return 0 end
 local now_ms = math.floor(now_us() / 1000)
 local score = redis.call('ZSCORE', KEYS[1], id)
 if not score or tonumber(score) <= now_ms then return 0 end
--- Never shorten: another holder of the lease (the other side of a
--- handoff) counts on the expiry it was given.
-local exp = math.max(now_ms + ttl, tonumber(score))
+-- Exactly now + ttl, even if shorter: on a handoff the adopter's TTL
+-- governs, so a crashed worker frees the lock after its own TTL.
+local exp = now_ms + ttl
 redis.call('ZADD', KEYS[1], fmt(exp), id)
 local at = next_keyexp(exp, ttl, tonumber(st[2]) or 0)
 if at then

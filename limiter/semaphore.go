@@ -303,8 +303,10 @@ func (s *Semaphore) release(ctx context.Context, id, token string) (int64, error
 }
 
 // Resume adopts a lease acquired by another process (the handoff): if it
-// is still held with the ticket's token, it is extended by this
-// Semaphore's TTL and kept alive here like any acquired lease. A lease
+// is still held with the ticket's token, its expiry is set to now plus
+// this Semaphore's TTL (shorter or longer than before: the adopter's TTL
+// governs from here, so the handing-off side must stop relying on it) and
+// it is kept alive here like any acquired lease. A lease
 // that expired or was released gives ErrNotHeld; a ticket for another
 // name, or a weight above this limit, an *ArgumentError.
 func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {

@@ -1,0 +1,201 @@
+// The whole story end to end, with separate OS processes: two scheduler
+// processes and two asynq worker processes (re-runs of this test binary)
+// share one Redis; a job fires every second and its handler takes 2.5s.
+package redsem_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/scheduler"
+)
+
+const (
+	jobName   = "e2e-export"
+	workerTTL = 2 * time.Second
+	handler   = 2500 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	switch role := os.Getenv("REDSEM_E2E_ROLE"); role {
+	case "scheduler":
+		runScheduler(os.Getenv("REDSEM_E2E_ADDR"))
+	case "worker":
+		runWorker(os.Getenv("REDSEM_E2E_ADDR"), os.Getenv("REDSEM_E2E_NAME"))
+	default:
+		os.Exit(m.Run())
+	}
+}
+
+func runScheduler(addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
+	s, err := scheduler.New(rdb, client)
+	if err == nil {
+		err = s.Register(scheduler.Job{Name: jobName, Spec: "* * * * * *", TaskType: "export", TTL: 5 * time.Second,
+			Options: []asynq.Option{asynq.MaxRetry(0), asynq.Retention(time.Hour)}})
+	}
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	s.Start()
+	select {} // until killed
+}
+
+// runWorker's handler records, in Redis and independently of the library,
+// how many runs of the job overlap and which ticks ran.
+func runWorker(addr, name string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	adopt, err := scheduler.Adopt(rdb, scheduler.WorkerTTL(workerTTL))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
+	err = srv.Run(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		bg := context.Background()
+		id, _ := asynq.GetTaskID(ctx)
+		if t.Type() == "late" {
+			rdb.Set(bg, "e2e:late-ran", id, 0)
+			return nil
+		}
+		if rdb.Incr(bg, "e2e:running").Val() > 1 {
+			rdb.Incr(bg, "e2e:overlaps")
+		}
+		rdb.Incr(bg, "e2e:ran:"+id) // >1 would be a tick run twice
+		rdb.RPush(bg, "e2e:runs", name+" "+id)
+		rdb.Set(bg, "e2e:running-on", name, 0)
+		select {
+		case <-time.After(handler):
+		case <-ctx.Done():
+		}
+		rdb.Decr(bg, "e2e:running")
+		return nil
+	})))
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+func start(t *testing.T, addr, role, name string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "REDSEM_E2E_ROLE="+role, "REDSEM_E2E_ADDR="+addr, "REDSEM_E2E_NAME="+name)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func TestSchedulerToWorkerEndToEnd(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+
+	// A task whose ticket expires before any worker is up is skipped.
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	s, err := scheduler.New(rdb, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := s.Enqueue(ctx, scheduler.Job{Name: "late", TaskType: "late", TTL: 200 * time.Millisecond,
+		Options: []asynq.Option{asynq.Retention(time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+
+	workers := map[string]*exec.Cmd{"w1": start(t, srv.Addr(), "worker", "w1"), "w2": start(t, srv.Addr(), "worker", "w2")}
+	schedulers := []*exec.Cmd{start(t, srv.Addr(), "scheduler", "s1"), start(t, srv.Addr(), "scheduler", "s2")}
+	lock, _ := limiter.NewMutex(rdb, jobName)
+
+	// Kill -9 whichever worker runs the job about 4s in.
+	time.Sleep(4 * time.Second)
+	var victim string
+	eventuallyT(t, 10*time.Second, "a run is in progress", func() bool {
+		victim = rdb.Get(ctx, "e2e:running-on").Val()
+		return rdb.Get(ctx, "e2e:running").Val() == "1" && victim != ""
+	})
+	runsBefore := rdb.LLen(ctx, "e2e:runs").Val()
+	held, err := lock.Holders(ctx)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("holders during a run: %+v, %v", held, err)
+	}
+	if err := workers[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	rdb.Decr(ctx, "e2e:running") // its handler will never get to say it stopped
+	eventuallyT(t, 10*time.Second, "the killed worker's lease expires", func() bool {
+		hs, _ := lock.Holders(ctx)
+		return len(hs) == 0 || hs[0].ID != held[0].ID
+	})
+	if freed := time.Since(killed); freed > workerTTL+time.Second {
+		t.Fatalf("lock freed %v after the kill; worker TTL %v", freed, workerTTL)
+	}
+	eventuallyT(t, 10*time.Second, "the next tick runs on the surviving worker", func() bool {
+		return rdb.LLen(ctx, "e2e:runs").Val() > runsBefore
+	})
+
+	time.Sleep(6 * time.Second) // ~10s of schedule in all
+	for _, s := range schedulers {
+		_ = s.Process.Kill()
+	}
+	// Let the last runs finish, then check the invariants.
+	eventuallyT(t, 10*time.Second, "runs finish", func() bool { return rdb.Get(ctx, "e2e:running").Val() == "0" })
+
+	if n, _ := rdb.Get(ctx, "e2e:overlaps").Int(); n != 0 {
+		t.Fatalf("%d runs of the job overlapped", n)
+	}
+	runs := rdb.LRange(ctx, "e2e:runs", 0, -1).Val()
+	if len(runs) < 3 {
+		t.Fatalf("only %d runs in ~10s: %v", len(runs), runs)
+	}
+	for _, r := range runs {
+		id := strings.Fields(r)[1]
+		if n, _ := strconv.Atoi(rdb.Get(ctx, "e2e:ran:"+id).Val()); n != 1 {
+			t.Fatalf("tick %s ran %d times", id, n)
+		}
+	}
+	if v := rdb.Get(ctx, "e2e:late-ran").Val(); v != "" {
+		t.Fatalf("the task whose lock expired before pick-up ran (%s)", v)
+	}
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer insp.Close()
+	if info, err := insp.GetTaskInfo("default", late.ID); err != nil || info.State != asynq.TaskStateArchived {
+		t.Fatalf("late task: %+v, %v; want archived (skipped)", info, err)
+	}
+	// Every adopted lease was released (the killed one expired). A tick
+	// enqueued just before the schedulers stopped may still be running.
+	eventuallyT(t, 10*time.Second, "every lease released", func() bool {
+		hs, _ := lock.Holders(ctx)
+		return len(hs) == 0 && rdb.Get(ctx, "e2e:running").Val() == "0"
+	})
+	t.Logf("%d runs by 2 workers from 2 schedulers; %s killed mid-run, lock back after TTL", len(runs), victim)
+}
+
+func eventuallyT(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
