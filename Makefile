@@ -18,4 +18,5 @@ redis:
 	  fi; }
 
 bench: redis
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./limiter/
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./limiter/ ./asynqmw/
+	cd bench && $(GO) run .
