@@ -127,7 +127,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	// Kill -9 whichever worker runs the job about 4s in.
 	time.Sleep(4 * time.Second)
 	var victim string
-	eventuallyT(t, 10*time.Second, "a run is in progress", func() bool {
+	redistest.Eventually(t, 10*time.Second, "a run is in progress", func() bool {
 		victim = rdb.Get(ctx, "e2e:running-on").Val()
 		return rdb.Get(ctx, "e2e:running").Val() == "1" && victim != ""
 	})
@@ -141,14 +141,14 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	}
 	killed := time.Now()
 	rdb.Decr(ctx, "e2e:running") // its handler will never get to say it stopped
-	eventuallyT(t, 10*time.Second, "the killed worker's lease expires", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the killed worker's lease expires", func() bool {
 		hs, _ := lock.Holders(ctx)
 		return len(hs) == 0 || hs[0].ID != held[0].ID
 	})
 	if freed := time.Since(killed); freed > workerTTL+time.Second {
 		t.Fatalf("lock freed %v after the kill; worker TTL %v", freed, workerTTL)
 	}
-	eventuallyT(t, 10*time.Second, "the next tick runs on the surviving worker", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the next tick runs on the surviving worker", func() bool {
 		return rdb.LLen(ctx, "e2e:runs").Val() > runsBefore
 	})
 
@@ -157,7 +157,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 		_ = s.Process.Kill()
 	}
 	// Let the last runs finish, then check the invariants.
-	eventuallyT(t, 10*time.Second, "runs finish", func() bool { return rdb.Get(ctx, "e2e:running").Val() == "0" })
+	redistest.Eventually(t, 10*time.Second, "runs finish", func() bool { return rdb.Get(ctx, "e2e:running").Val() == "0" })
 
 	if n, _ := rdb.Get(ctx, "e2e:overlaps").Int(); n != 0 {
 		t.Fatalf("%d runs of the job overlapped", n)
@@ -182,20 +182,9 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	}
 	// Every adopted lease was released (the killed one expired). A tick
 	// enqueued just before the schedulers stopped may still be running.
-	eventuallyT(t, 10*time.Second, "every lease released", func() bool {
+	redistest.Eventually(t, 10*time.Second, "every lease released", func() bool {
 		hs, _ := lock.Holders(ctx)
 		return len(hs) == 0 && rdb.Get(ctx, "e2e:running").Val() == "0"
 	})
 	t.Logf("%d runs by 2 workers from 2 schedulers; %s killed mid-run, lock back after TTL", len(runs), victim)
-}
-
-func eventuallyT(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

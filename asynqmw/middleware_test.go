@@ -60,17 +60,6 @@ func enqueue(t testing.TB, c *asynq.Client, task *asynq.Task, opts ...asynq.Opti
 	return info
 }
 
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // concurrency tracks how many handlers run at once, independently of the
 // library.
 type concurrency struct {
@@ -121,7 +110,7 @@ func TestCapAcrossServers(t *testing.T) {
 	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer insp.Close()
 	var completed []*asynq.TaskInfo
-	eventually(t, 90*time.Second, "every task completes", func() bool {
+	redistest.Eventually(t, 90*time.Second, "every task completes", func() bool {
 		completed, err = insp.ListCompletedTasks("default", asynq.PageSize(tasks+10))
 		return err == nil && len(completed) == tasks
 	})
@@ -168,7 +157,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 		}
 		return got.State
 	}
-	eventually(t, 10*time.Second, "a worker picks the task up", func() bool { return state() == asynq.TaskStateActive })
+	redistest.Eventually(t, 10*time.Second, "a worker picks the task up", func() bool { return state() == asynq.TaskStateActive })
 	time.Sleep(500 * time.Millisecond) // ten MaxWaits
 	if s := state(); s != asynq.TaskStateActive {
 		t.Fatalf("gated MaxRetry(0) task is %v, want still active (waiting)", s)
@@ -262,7 +251,7 @@ func TestPerKeyRule(t *testing.T) {
 		payload, _ := json.Marshal(order{Customer: customer})
 		enqueue(t, client, asynq.NewTask("order", payload))
 	}
-	eventually(t, 60*time.Second, "all orders finish", func() bool { return finished.Load() == 12 })
+	redistest.Eventually(t, 60*time.Second, "all orders finish", func() bool { return finished.Load() == 12 })
 	if p := a.peak.Load(); p > 2 {
 		t.Fatalf("customer A peaked at %d, cap 2", p)
 	}
@@ -355,7 +344,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("crash", nil), asynq.Timeout(time.Hour))
-	eventually(t, 20*time.Second, "the worker starts the task", func() bool {
+	redistest.Eventually(t, 20*time.Second, "the worker starts the task", func() bool {
 		return rdb.Get(ctx, "started").Val() == info.ID
 	})
 	sem, _ := limiter.NewSemaphore(rdb, "crash", 2, limiter.TTL(2*time.Second))
@@ -380,7 +369,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	}
 	retry.StopRefresh()
 
-	eventually(t, 10*time.Second, "the permit comes back", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the permit comes back", func() bool {
 		n, _ := sem.Available(ctx)
 		return n == 2
 	})

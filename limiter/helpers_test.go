@@ -70,18 +70,6 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls cond; for waiting on background effects, not timing claims.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // existingKeys lists the keys under prefix on every master.
 func existingKeys(t testing.TB, rdb redis.UniversalClient, prefix string) []string {
 	t.Helper()

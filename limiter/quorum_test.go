@@ -191,7 +191,7 @@ func testOneNodeDown(t *testing.T, nodes int, limit int64) {
 		t.Fatalf("%d acquisitions over the limit after an empty node rejoined", won)
 	}
 	// Grants that come after the outcome are given back in the background.
-	eventually(t, 5*time.Second, "failed attempts leave no lease on the restarted node", func() bool {
+	redistest.Eventually(t, 5*time.Second, "failed attempts leave no lease on the restarted node", func() bool {
 		return leaseCount(t, q, down, "down1:") == 0
 	})
 	if err := last.Release(ctx); err != nil {
@@ -302,7 +302,7 @@ func TestRedlockPartialWeightedRollback(t *testing.T) {
 		t.Fatalf("want busy (node 0 full), got %v", err)
 	}
 	for _, i := range []int{1, 2} {
-		eventually(t, 5*time.Second, "the failed weighted acquire leaves no members behind", func() bool {
+		redistest.Eventually(t, 5*time.Second, "the failed weighted acquire leaves no members behind", func() bool {
 			return leaseCount(t, q, i, "partial:") == 0
 		})
 	}

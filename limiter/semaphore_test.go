@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -417,7 +418,7 @@ func testFencingIdle(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	// Not released: it expires, and then every key must go away by itself.
-	eventually(t, 10*time.Second, "every key of an idle semaphore expires", func() bool {
+	redistest.Eventually(t, 10*time.Second, "every key of an idle semaphore expires", func() bool {
 		return len(existingKeys(t, rdb, prefix)) == 0
 	})
 	second, err := mu.Acquire(ctx)

@@ -45,17 +45,6 @@ func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option)
 	t.Cleanup(srv.Shutdown)
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestHandoffToWorker(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -84,7 +73,7 @@ func TestHandoffToWorker(t *testing.T) {
 		t.Fatalf("second run while the first holds the lock: want ErrBusy, got %v", err)
 	}
 	close(release)
-	eventually(t, 10*time.Second, "the worker releases the lock", func() bool {
+	redistest.Eventually(t, 10*time.Second, "the worker releases the lock", func() bool {
 		n, _ := lock.Available(ctx)
 		return n == 1
 	})
@@ -108,7 +97,7 @@ func TestExpiredTicketIsSkipped(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // no worker yet: the lock expires
 	var ran atomic.Bool
 	e.worker(t, func(context.Context, *asynq.Task) error { ran.Store(true); return nil })
-	eventually(t, 20*time.Second, "the task is archived", func() bool {
+	redistest.Eventually(t, 20*time.Second, "the task is archived", func() bool {
 		ti, err := e.insp.GetTaskInfo("default", info.ID)
 		return err == nil && ti.State == asynq.TaskStateArchived
 	})
