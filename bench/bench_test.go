@@ -109,9 +109,6 @@ func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond
 // nobody exceeds the limit, and commandstats agrees with the clients' own
 // count of what they sent.
 func TestSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
-	}
 	env := benchEnv(t)
 	ctx := context.Background()
 	check := func(r Result, err error) {
