@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,7 +33,8 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.Prefix,
-// limiter.Metrics). TTL and AcquireTimeout come from the rules.
+// limiter.Metrics). The rules' TTL and waits override the limiter's TTL,
+// AcquireTimeout and AttemptsLimit.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
@@ -48,14 +50,11 @@ type middleware struct {
 	opts  options
 
 	mu    sync.Mutex
-	gates map[string]*gate
+	gates map[string]*limiter.Semaphore
 }
 
-// gate is one semaphore seen two ways: tasks with retries left wait up to
-// their rule's MaxWait; a task on its last try waits up to its deadline.
-type gate struct {
-	short, patient *limiter.Semaphore
-}
+// errGateTimeout ends a wait that is to be reported as busy.
+var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 
 // New returns the middleware for mux.Use. Invalid rules or options give a
 // *ConfigError (or the limiter's *ArgumentError) naming what is wrong;
@@ -73,7 +72,7 @@ func New(rdb redis.UniversalClient, rules []Rule, opts ...Option) (asynq.Middlew
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{rdb: rdb, rules: rules, gates: map[string]*gate{},
+	m := &middleware{rdb: rdb, rules: rules, gates: map[string]*limiter.Semaphore{},
 		opts: options{logger: slog.Default(), releaseTimeout: 5 * time.Second}}
 	for _, o := range opts {
 		if o != nil {
@@ -91,26 +90,24 @@ func New(rdb redis.UniversalClient, rules []Rule, opts ...Option) (asynq.Middlew
 	return m.wrap, nil
 }
 
-// gate returns the semaphores of a name, made on first use (a Key rule
-// makes one per key).
-func (m *middleware) gate(r Rule, name string) (*gate, error) {
+// gate returns the semaphore of a name and TTL, made on first use (a Key
+// rule makes one per key; entries are never evicted). The rule's TTL and
+// an unbounded AcquireTimeout come after the user's limiter options, so
+// they win: waits are bounded by the handler's context alone.
+func (m *middleware) gate(r Rule, name string) (*limiter.Semaphore, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if g, ok := m.gates[name]; ok {
-		return g, nil
+	key := fmt.Sprintf("%s/%v", name, r.TTL)
+	if sem, ok := m.gates[key]; ok {
+		return sem, nil
 	}
-	base := append([]limiter.Option{limiter.TTL(r.TTL)}, m.opts.limiterOpts...)
-	short, err := limiter.NewSemaphore(m.rdb, name, r.Limit, append(base, limiter.AcquireTimeout(r.MaxWait))...)
+	opts := append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
+	sem, err := limiter.NewSemaphore(m.rdb, name, r.Limit, opts...)
 	if err != nil {
 		return nil, err
 	}
-	patient, err := limiter.NewSemaphore(m.rdb, name, r.Limit, append(base, limiter.AcquireTimeout(0))...)
-	if err != nil {
-		return nil, err
-	}
-	g := &gate{short: short, patient: patient}
-	m.gates[name] = g
-	return g, nil
+	m.gates[key] = sem
+	return sem, nil
 }
 
 func (m *middleware) match(t *asynq.Task) (Rule, string, bool) {
@@ -128,7 +125,7 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		if !ok {
 			return next.ProcessTask(ctx, t)
 		}
-		g, err := m.gate(r, name)
+		sem, err := m.gate(r, name)
 		if err != nil {
 			return err
 		}
@@ -137,15 +134,13 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		if id, ok := asynq.GetTaskID(ctx); ok {
 			opts = append(opts, limiter.ID(id))
 		}
-		sem := g.short
-		if lastTry(ctx) {
-			sem = g.patient
-		}
 		start := time.Now()
-		lease, err := sem.Acquire(ctx, opts...)
+		waitCtx, cancel := waitFor(ctx, r.MaxWait)
+		lease, err := sem.Acquire(waitCtx, opts...)
+		cancel()
 		m.opts.metrics.waited(r.Name, time.Since(start))
 		if err != nil {
-			if errors.Is(err, limiter.ErrBusy) && ctx.Err() == nil {
+			if errors.Is(err, errGateTimeout) {
 				m.opts.metrics.requeued(r.Name)
 				return &BusyError{Rule: r.Name, Semaphore: name, RetryIn: max(r.MaxWait, minRetryIn), err: err}
 			}
@@ -155,8 +150,31 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 	})
 }
 
-// lastTry reports whether a failure now would archive the task: asynq
-// archives at Retried >= MaxRetry whatever IsFailure says.
+// waitFor bounds the wait for a permit. With retries left: MaxWait, but
+// ending a little before the task's deadline, so that the task returns
+// busy (no retry spent) rather than fail on its deadline. On the last try
+// (asynq archives at Retried >= MaxRetry whatever IsFailure says, so busy
+// would archive it): until the deadline.
+func waitFor(ctx context.Context, maxWait time.Duration) (context.Context, context.CancelFunc) {
+	if lastTry(ctx) {
+		return context.WithCancel(ctx)
+	}
+	until := time.Now().Add(maxWait)
+	if dl, ok := ctx.Deadline(); ok {
+		margin := min(time.Second, time.Until(dl)/10)
+		until = minTime(until, dl.Add(-margin))
+	}
+	return context.WithDeadlineCause(ctx, until, errGateTimeout)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// lastTry reports whether a failure now would archive the task.
 func lastTry(ctx context.Context) bool {
 	retried, ok1 := asynq.GetRetryCount(ctx)
 	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
@@ -166,6 +184,14 @@ func lastTry(ctx context.Context) bool {
 func (m *middleware) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *limiter.Lease, rule string) error {
 	// Deferred, so a panicking handler (asynq recovers it) releases too.
 	defer func() {
+		if ctx.Err() != nil {
+			// asynq gave up on this run (deadline, shutdown, its own
+			// lease) and may already be running the task again, under
+			// the same lease id: releasing would take that run's
+			// permit. Let the lease lapse after its TTL instead.
+			lease.StopRefresh()
+			return
+		}
 		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.releaseTimeout)
 		defer relCancel()
 		if err := lease.Release(relCtx); err != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -376,4 +377,69 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	if took := time.Since(killed); took > 5*time.Second {
 		t.Fatalf("permit back after %v; TTL 2s (task timeout 1h)", took)
 	}
+}
+
+// A task whose deadline comes before MaxWait returns busy just before it,
+// so the wait costs no retry.
+func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, srv.Addr(), 1, mw, func(context.Context, *asynq.Task) error { return nil })
+	blocker, _ := limiter.NewMutex(rdb, "short")
+	held, err := blocker.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	info := enqueue(t, client, asynq.NewTask("short", nil), asynq.Timeout(2*time.Second), asynq.MaxRetry(3))
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer insp.Close()
+	redistest.Eventually(t, 15*time.Second, "the task comes back busy", func() bool {
+		ti, err := insp.GetTaskInfo("default", info.ID)
+		return err == nil && ti.LastErr != ""
+	})
+	ti, _ := insp.GetTaskInfo("default", info.ID)
+	if ti.Retried != 0 || !strings.Contains(ti.LastErr, "full") {
+		t.Fatalf("retried %d, last error %q: want a busy return before the deadline, no retry spent", ti.Retried, ti.LastErr)
+	}
+}
+
+// A handler that outlives its context (asynq gave up on it) does not
+// release: a new run of the task may hold the same lease by then. The
+// lease lapses after its TTL.
+func TestAbandonedHandlerDoesNotRelease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "zombie", Type: "zombie", Limit: 1, TTL: 3 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan struct{})
+	startServer(t, srv.Addr(), 1, mw, func(ctx context.Context, _ *asynq.Task) error {
+		time.Sleep(2 * time.Second) // ignores its 1s deadline
+		close(returned)
+		return nil
+	})
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	// asynq counts timeouts in whole seconds.
+	info := enqueue(t, client, asynq.NewTask("zombie", nil), asynq.Timeout(time.Second), asynq.MaxRetry(1))
+	<-returned
+	sem, _ := limiter.NewMutex(rdb, "zombie")
+	hs, err := sem.Holders(ctx)
+	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
+		t.Fatalf("holders right after the abandoned handler returned: %+v, %v (want its lease kept)", hs, err)
+	}
+	redistest.Eventually(t, 6*time.Second, "the abandoned lease lapses", func() bool {
+		hs, _ := sem.Holders(ctx)
+		return len(hs) == 0
+	})
 }

@@ -47,6 +47,9 @@ func IsFailure(next func(error) bool) func(error) bool {
 	}
 }
 
+// Note that asynq also hands every re-queued *BusyError to
+// Config.ErrorHandler: filter it there if that alerts.
+//
 // RetryDelay returns a Config.RetryDelayFunc for asynq.Server: a
 // *BusyError is retried after its RetryIn, jittered to [½, 1½)× so that
 // re-queued tasks do not come back together; every other error goes to

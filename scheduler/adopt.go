@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -43,7 +44,7 @@ func (a *adopter) semaphore(name string, limit int64) (*limiter.Semaphore, error
 	if sem, ok := a.sems[key]; ok {
 		return sem, nil
 	}
-	opts := append([]limiter.Option{limiter.TTL(a.opts.ttl)}, a.opts.limiterOpts...)
+	opts := append(slices.Clone(a.opts.limiterOpts), limiter.TTL(a.opts.ttl))
 	sem, err := limiter.NewSemaphore(a.rdb, name, limit, opts...)
 	if err != nil {
 		return nil, err
@@ -70,6 +71,13 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 		}
 		a.opts.metrics.add(job, EventAdopted)
 		defer func() {
+			if ctx.Err() != nil {
+				// asynq gave up on this run and may run the task again,
+				// resuming the same ticket: releasing would take the
+				// lock from that run. Let the lease lapse after its TTL.
+				lease.StopRefresh()
+				return
+			}
 			relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.release)
 			defer cancel()
 			if err := lease.Release(relCtx); err != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {

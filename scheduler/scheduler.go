@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +18,10 @@ import (
 
 	"github.com/redsem/redsem/limiter"
 )
+
+// tickRetention keeps a finished tick's task id reserved (unless the job
+// sets its own Retention).
+const tickRetention = time.Minute
 
 // DefaultLockTTL is how long a job's lock may wait for a worker to adopt
 // it, when the job does not say.
@@ -31,7 +36,9 @@ type Job struct {
 	// Ignored by Enqueue.
 	Spec string
 	// TaskType and Payload make the task; Options are passed to
-	// asynq's Enqueue (a per-tick TaskID is added).
+	// asynq's Enqueue. A per-tick TaskID is added, and Retention(1m)
+	// unless Options set one: asynq refuses a duplicate id only while
+	// the task is kept.
 	TaskType string
 	Payload  []byte
 	Options  []asynq.Option
@@ -125,7 +132,17 @@ func (s *Scheduler) Register(job Job) error {
 	if _, err := s.parser.Parse(job.Spec); err != nil {
 		return &limiter.ArgumentError{Arg: "Spec", Value: job.Spec, Reason: err.Error()}
 	}
-	_, err = s.cron.AddFunc(job.Spec, func() { s.tick(job) })
+	var id atomic.Int64
+	entry, err := s.cron.AddFunc(job.Spec, func() {
+		// The entry's scheduled time, not the clock: schedulers whose
+		// clocks or wake-ups differ still agree on the tick's id.
+		at := s.cron.Entry(cron.EntryID(id.Load())).Prev
+		if at.IsZero() {
+			at = time.Now().Round(time.Second)
+		}
+		s.tick(job, at)
+	})
+	id.Store(int64(entry))
 	return err
 }
 
@@ -172,7 +189,7 @@ func (s *Scheduler) lock(job Job) (*limiter.Semaphore, error) {
 	if sem, ok := s.locks[key]; ok {
 		return sem, nil
 	}
-	opts := append([]limiter.Option{limiter.TTL(job.TTL), limiter.RefreshInterval(0)}, s.opts.limiterOpts...)
+	opts := append(slices.Clone(s.opts.limiterOpts), limiter.TTL(job.TTL), limiter.RefreshInterval(0))
 	sem, err := limiter.NewSemaphore(s.rdb, job.Lock, job.Limit, opts...)
 	if err != nil {
 		return nil, err
@@ -181,11 +198,10 @@ func (s *Scheduler) lock(job Job) (*limiter.Semaphore, error) {
 	return sem, nil
 }
 
-func (s *Scheduler) tick(job Job) {
+func (s *Scheduler) tick(job Job, at time.Time) {
 	s.opts.metrics.add(job.Name, EventTick)
 	// Every scheduler process computes the same id for the same tick, so
-	// asynq refuses a second enqueue of it.
-	at := time.Now().Round(time.Second)
+	// asynq refuses a second enqueue of it (while the task is retained).
 	taskID := fmt.Sprintf("%s:%d", job.Name, at.Unix())
 	ctx, cancel := context.WithTimeout(context.Background(), job.TTL)
 	defer cancel()
@@ -230,7 +246,14 @@ func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq
 		HeaderJob:    job.Name,
 	}
 	task := asynq.NewTaskWithHeaders(job.TaskType, job.Payload, headers)
-	info, err := s.client.EnqueueContext(ctx, task, append(slices.Clip(job.Options), asynq.TaskID(taskID))...)
+	opts := append(slices.Clip(job.Options), asynq.TaskID(taskID))
+	if !slices.ContainsFunc(job.Options, func(o asynq.Option) bool { return o.Type() == asynq.RetentionOpt }) {
+		// asynq refuses a duplicate task id only while the task exists:
+		// keep a finished tick a while, so a late scheduler's copy of it
+		// is refused even after a fast run released the lock.
+		opts = append(opts, asynq.Retention(tickRetention))
+	}
+	info, err := s.client.EnqueueContext(ctx, task, opts...)
 	if err != nil {
 		s.opts.metrics.add(job.Name, EventEnqueueFailed)
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.release)

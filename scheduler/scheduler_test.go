@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,5 +198,51 @@ func TestBadJobs(t *testing.T) {
 	}
 	if _, err := scheduler.Adopt(nil); !errors.Is(err, limiter.ErrInvalidArgument) {
 		t.Errorf("nil rdb in Adopt: %v", err)
+	}
+}
+
+// Two schedulers of one job, fast runs: each tick runs once, even though
+// a run finishes (and frees the lock) before the other scheduler's copy of
+// the tick arrives.
+func TestTwoSchedulersOneRunPerTick(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		mu.Lock()
+		seen[id]++
+		mu.Unlock()
+		return nil
+	})
+	job := scheduler.Job{Name: "fast", Spec: "* * * * * *", TaskType: "fast", TTL: 10 * time.Second}
+	var stops []*scheduler.Scheduler
+	for i := range 2 {
+		client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
+		defer client.Close()
+		s, _ := scheduler.New(e.rdb, client)
+		if err := s.Register(job); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			time.Sleep(300 * time.Millisecond) // the second one is late
+		}
+		s.Start()
+		stops = append(stops, s)
+	}
+	time.Sleep(4 * time.Second)
+	for _, s := range stops {
+		<-s.Stop().Done()
+	}
+	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 2 {
+		t.Fatalf("only %d ticks ran", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("tick %s ran %d times", id, n)
+		}
 	}
 }

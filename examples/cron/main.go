@@ -62,15 +62,15 @@ func run(addr string, runFor time.Duration) error {
 	if err := worker.Start(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		lease, _ := scheduler.LeaseFrom(ctx)
 		n := runs.Add(1)
-		if now := running.Add(1); now > peak.Load() {
-			peak.Store(now)
+		now := running.Add(1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 		}
 		defer running.Add(-1)
 		took := time.Duration(1000+rand.IntN(3500)) * time.Millisecond
 		say("worker: export #%d adopted the lock (fencing token %d), runs %v", n, lease.Token(), took.Round(100*time.Millisecond))
 		select {
 		case <-time.After(took):
-			say("worker: export #%d done, lock released", n)
+			say("worker: export #%d done; the lock is released as the handler returns", n)
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
