@@ -172,6 +172,10 @@ func testOneNodeDown(t *testing.T, nodes int, limit int64) {
 	}
 
 	q.servers[down].Restart(t) // empty: it would grant anything
+	// go-redis may answer with its last dial error for a moment.
+	redistest.Eventually(t, 10*time.Second, "the client reaches the restarted node", func() bool {
+		return q.nodes[down].Ping(ctx).Err() == nil
+	})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var won int
