@@ -37,4 +37,9 @@
 // a Cluster client (all keys of a name share one hash tag, even when the
 // name contains braces). Redis failover can lose recently written leases;
 // where that matters, use a quorum of independent nodes.
+//
+// go-redis applies a context's deadline to the socket only with
+// ContextTimeoutEnabled; without it a call to an unresponsive Redis waits
+// for ReadTimeout. Background refreshes and quorum calls are bounded here
+// regardless, and a lease's loss is reported from its local deadline.
 package limiter
