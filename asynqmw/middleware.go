@@ -159,19 +159,12 @@ func waitFor(ctx context.Context, maxWait time.Duration) (context.Context, conte
 	if lastTry(ctx) {
 		return context.WithCancel(ctx)
 	}
-	until := time.Now().Add(maxWait)
+	wait := maxWait
 	if dl, ok := ctx.Deadline(); ok {
-		margin := min(time.Second, time.Until(dl)/10)
-		until = minTime(until, dl.Add(-margin))
+		left := time.Until(dl)
+		wait = min(wait, left-min(time.Second, left/10))
 	}
-	return context.WithDeadlineCause(ctx, until, errGateTimeout)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	return context.WithTimeoutCause(ctx, wait, errGateTimeout)
 }
 
 // lastTry reports whether a failure now would archive the task.

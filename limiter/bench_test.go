@@ -157,11 +157,7 @@ func sentCommands(calls map[string]int64) int64 {
 // quorum of 3 nodes in the same loop. Goal: ratio <= 1.3 (the nodes are
 // asked in parallel).
 func BenchmarkRedlockUncontended(b *testing.B) {
-	nodes := redistest.StartNodes(b, 3)
-	var clients []redis.UniversalClient
-	for _, n := range nodes {
-		clients = append(clients, n.Client(b))
-	}
+	_, clients := startBenchNodes(b)
 	ctx := context.Background()
 	single, err := limiter.NewMutex(clients[0], "bench-single")
 	if err != nil {
@@ -200,11 +196,7 @@ func BenchmarkRedlockUncontended(b *testing.B) {
 // BenchmarkRedlockContendedHandoff is BenchmarkContendedHandoff on a quorum
 // of 3 nodes.
 func BenchmarkRedlockContendedHandoff(b *testing.B) {
-	nodes := redistest.StartNodes(b, 3)
-	var clients []redis.UniversalClient
-	for _, n := range nodes {
-		clients = append(clients, n.Client(b))
-	}
+	nodes, clients := startBenchNodes(b)
 	sem, err := limiter.NewRedlockSemaphore(clients, "bench-redlock-handoff", 1, limiter.AcquireTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
@@ -224,4 +216,14 @@ func BenchmarkRedlockContendedHandoff(b *testing.B) {
 		}
 	}
 	runHandoff(b, sem, calls, reset, 1)
+}
+
+// startBenchNodes starts 3 independent servers and a client for each.
+func startBenchNodes(b *testing.B) ([]*redistest.Server, []redis.UniversalClient) {
+	nodes := redistest.StartNodes(b, 3)
+	clients := make([]redis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		clients[i] = n.Client(b)
+	}
+	return nodes, clients
 }

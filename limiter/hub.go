@@ -60,12 +60,7 @@ func (h *hub) join(ctx context.Context, channel string, weight int64) (*waiter, 
 		h.topics[channel] = t
 		go h.open(t)
 	}
-	if t.idle != nil {
-		t.idle.Stop()
-		t.idle = nil
-	}
-	w := &waiter{h: h, t: t, weight: weight, wake: make(chan struct{}, 1)}
-	w.el = t.waiters.PushBack(w)
+	w := h.enqueueLocked(t, weight)
 	h.mu.Unlock()
 
 	select {
@@ -93,19 +88,25 @@ func (h *hub) joinOpen(channel string, weight int64) (*waiter, int) {
 	if t == nil || t.sub == nil {
 		return nil, 0
 	}
-	if t.idle != nil {
-		t.idle.Stop()
-		t.idle = nil
-	}
 	ahead := 0
 	for e := t.waiters.Front(); e != nil; e = e.Next() {
 		if e.Value.(*waiter).weight <= weight {
 			ahead++
 		}
 	}
+	return h.enqueueLocked(t, weight), ahead
+}
+
+// enqueueLocked puts a new waiter at the back of t's queue and keeps the
+// subscription from lingering out.
+func (h *hub) enqueueLocked(t *topic, weight int64) *waiter {
+	if t.idle != nil {
+		t.idle.Stop()
+		t.idle = nil
+	}
 	w := &waiter{h: h, t: t, weight: weight, wake: make(chan struct{}, 1)}
 	w.el = t.waiters.PushBack(w)
-	return w, ahead
+	return w
 }
 
 func (h *hub) open(t *topic) {

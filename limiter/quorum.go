@@ -114,24 +114,6 @@ func newQuorumStore(nodes []redis.UniversalClient, addrs []string, quorum int, c
 
 func (q *quorumStore) identity() any { return q.ident }
 
-// each calls fn for every node in parallel, each bounded by the node
-// timeout, and returns when all have answered or timed out.
-func (q *quorumStore) each(ctx context.Context, fn func(ctx context.Context, i int, n *redisStore) error) []error {
-	errs := make([]error, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nctx, cancel := context.WithTimeout(ctx, q.nodeTimeout)
-			defer cancel()
-			_, errs[i] = within(nctx, func() (struct{}, error) { return struct{}{}, fn(nctx, i, n) })
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
 // nodeAnswer is one node's answer to a quorum call.
 type nodeAnswer[T any] struct {
 	i   int
@@ -407,11 +389,13 @@ func (q *quorumStore) release(ctx context.Context, k keyspace, id, token, origin
 
 func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error) {
 	per := make([][]Holder, len(q.nodes))
-	errs := q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
-		hs, err := n.holders(ctx, k)
-		per[i] = hs
-		return err
-	})
+	errs := make([]error, len(q.nodes))
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) ([]Holder, error) {
+		return n.holders(ctx, k)
+	}, func(a nodeAnswer[[]Holder]) bool {
+		per[a.i], errs[a.i] = a.v, a.err
+		return false
+	}, nil)
 	seen := map[string]int{}
 	first := map[string]Holder{}
 	answered := 0
@@ -448,10 +432,11 @@ func (q *quorumStore) subscribe(ctx context.Context, channel string) (subscripti
 		subs = make([]subscription, len(q.nodes))
 		done bool // after it, late subscriptions close themselves
 	)
-	errs := q.each(ctx, func(ctx context.Context, i int, n *redisStore) error {
+	errs := make([]error, len(q.nodes))
+	gather(ctx, q, nil, func(ctx context.Context, i int, n *redisStore) (struct{}, error) {
 		s, err := n.subscribe(ctx, channel)
 		if err != nil {
-			return err
+			return struct{}{}, err
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -460,8 +445,11 @@ func (q *quorumStore) subscribe(ctx context.Context, channel string) (subscripti
 		} else {
 			subs[i] = s
 		}
-		return nil
-	})
+		return struct{}{}, nil
+	}, func(a nodeAnswer[struct{}]) bool {
+		errs[a.i] = a.err
+		return false
+	}, nil)
 	mu.Lock()
 	done = true
 	mu.Unlock()
