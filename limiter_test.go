@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,57 +40,99 @@ func TestMain(m *testing.M) {
 	}
 }
 
+// runScheduler and runWorker are the child processes: each makes its own
+// limiter Client and, on SIGTERM, stops and closes it before exiting.
 func runScheduler(addr string) {
+	if err := schedulerProcess(addr); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+}
+
+func runWorker(addr, name string) {
+	if err := workerProcess(addr, name); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+}
+
+// withLimiter runs fn with a limiter Client of a new go-redis client to
+// addr, then closes the Client (after fn returned) and the go-redis client.
+func withLimiter(addr string, fn func(rdb *redis.Client, lc *limiter.Client) error) (err error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	client := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
-	s, err := scheduler.New(rdb, client)
-	if err == nil {
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if cerr := lc.Close(ctx); cerr != nil && err == nil {
+			err = fmt.Errorf("limiter Client.Close: %w", cerr)
+		}
+	}()
+	return fn(rdb, lc)
+}
+
+func schedulerProcess(addr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return withLimiter(addr, func(_ *redis.Client, lc *limiter.Client) error {
+		client := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
+		defer client.Close()
+		s, err := scheduler.New(lc, client)
+		if err != nil {
+			return err
+		}
 		err = s.Register(scheduler.Job{Name: jobName, Spec: "* * * * * *", TaskType: "export", TTL: 5 * time.Second,
 			Options: []asynq.Option{asynq.MaxRetry(0), asynq.Retention(time.Hour)}})
-	}
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	s.Start()
-	select {} // until killed
-}
-
-// runWorker's handler records, in Redis and independently of the library,
-// how many runs of the job overlap and which ticks ran.
-func runWorker(addr, name string) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	adopt, err := scheduler.Adopt(rdb, scheduler.WorkerTTL(workerTTL))
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
-	err = srv.Run(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		bg := context.Background()
-		id, _ := asynq.GetTaskID(ctx)
-		if t.Type() == "late" {
-			rdb.Set(bg, "e2e:late-ran", id, 0)
-			return nil
+		if err != nil {
+			return err
 		}
-		if rdb.Incr(bg, "e2e:running").Val() > 1 {
-			rdb.Incr(bg, "e2e:overlaps")
-		}
-		rdb.Incr(bg, "e2e:ran:"+id) // >1 would be a tick run twice
-		rdb.RPush(bg, "e2e:runs", name+" "+id)
-		rdb.Set(bg, "e2e:running-on", name, 0)
-		select {
-		case <-time.After(handler):
-		case <-ctx.Done():
-		}
-		rdb.Decr(bg, "e2e:running")
+		s.Start()
+		<-ctx.Done() // until SIGTERM (or killed)
+		<-s.Stop().Done()
 		return nil
-	})))
-	if err != nil {
-		os.Exit(1)
-	}
+	})
 }
 
+// workerProcess's handler records, in Redis and independently of the
+// library, how many runs of the job overlap and which ticks ran.
+func workerProcess(addr, name string) error {
+	return withLimiter(addr, func(rdb *redis.Client, lc *limiter.Client) error {
+		adopt, err := scheduler.Adopt(lc, scheduler.WorkerTTL(workerTTL))
+		if err != nil {
+			return err
+		}
+		srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
+		// Run returns after SIGTERM, once the server has shut down.
+		return srv.Run(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			bg := context.Background()
+			id, _ := asynq.GetTaskID(ctx)
+			if t.Type() == "late" {
+				rdb.Set(bg, "e2e:late-ran", id, 0)
+				return nil
+			}
+			if rdb.Incr(bg, "e2e:running").Val() > 1 {
+				rdb.Incr(bg, "e2e:overlaps")
+			}
+			rdb.Incr(bg, "e2e:ran:"+id) // >1 would be a tick run twice
+			rdb.RPush(bg, "e2e:runs", name+" "+id)
+			rdb.Set(bg, "e2e:running-on", name, 0)
+			select {
+			case <-time.After(handler):
+			case <-ctx.Done():
+			}
+			rdb.Decr(bg, "e2e:running")
+			return nil
+		})))
+	})
+}
+
+// start runs a child process, ended at cleanup with SIGTERM (or SIGKILL
+// if it has not exited after 15s); a child that exits with an error (code
+// 1: e.g. its limiter Client's Close failed) fails the test.
 func start(t *testing.T, addr, role, name string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "REDSEM_E2E_ROLE="+role, "REDSEM_E2E_ADDR="+addr, "REDSEM_E2E_NAME="+name)
@@ -97,7 +140,20 @@ func start(t *testing.T, addr, role, name string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if code := cmd.ProcessState.ExitCode(); code > 0 {
+			t.Errorf("%s %s exited with code %d", role, name, code)
+		}
+	})
 	return cmd
 }
 
@@ -107,9 +163,18 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	ctx := context.Background()
 
 	// A task whose ticket expires before any worker is up is skipped.
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before rdb's close, after the children stopped
+		if err := lc.Close(context.Background()); err != nil {
+			t.Errorf("limiter Client.Close: %v", err)
+		}
+	})
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
-	s, err := scheduler.New(rdb, client)
+	s, err := scheduler.New(lc, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +187,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 
 	workers := map[string]*exec.Cmd{"w1": start(t, srv.Addr(), "worker", "w1"), "w2": start(t, srv.Addr(), "worker", "w2")}
 	schedulers := []*exec.Cmd{start(t, srv.Addr(), "scheduler", "s1"), start(t, srv.Addr(), "scheduler", "s2")}
-	lock, _ := limiter.NewMutex(rdb, jobName)
+	lock, _ := lc.Mutex(jobName)
 
 	// Kill -9 whichever worker runs the job about 4s in.
 	time.Sleep(4 * time.Second)
@@ -154,7 +219,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 
 	time.Sleep(6 * time.Second) // ~10s of schedule in all
 	for _, s := range schedulers {
-		_ = s.Process.Kill()
+		_ = s.Process.Signal(syscall.SIGTERM) // it stops and closes its limiter Client
 	}
 	// Let the last runs finish, then check the invariants.
 	redistest.Eventually(t, 10*time.Second, "runs finish", func() bool { return rdb.Get(ctx, "e2e:running").Val() == "0" })

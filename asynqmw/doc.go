@@ -1,7 +1,9 @@
 // Package asynqmw caps how many asynq task handlers run at once across
 // every worker process, with semaphores from package limiter.
 //
-//	mw, err := asynqmw.New(rdb, []asynqmw.Rule{
+//	lc, err := limiter.New(rdb) // one per process; Close it after the server shut down
+//	defer lc.Close(ctx)
+//	mw, err := asynqmw.New(lc, []asynqmw.Rule{
 //		{Name: "partner-api", TypePrefix: "partner:", Limit: 5, MaxWait: 5 * time.Second},
 //	})
 //	mux.Use(mw)
@@ -17,15 +19,21 @@
 // its retry budget. A task with no retry budget left (asynq archives such
 // a task whatever it returns) waits in its handler up to its deadline
 // instead, so it is not archived for being gated unless no permit frees
-// before its deadline.
+// before its deadline. A wait that the task's context or the limiter
+// Client's Close ends, or a Redis failure, returns that error and asynq
+// retries the task as for any error.
 //
-// A handler that outlives its context (asynq gave up on it at a deadline
-// or shutdown, and may run the task again under the same lease id) does
-// not release on return: its lease lapses after its TTL, so the new run's
-// permit is never taken from it.
+// The handler runs under the lease (limiter.Lease.Run): the lease is kept
+// alive while it runs and is released when it returns or panics, whatever
+// it returns, even when asynq has given up on it at a deadline or
+// shutdown. If the lease is lost, the handler's context is cancelled with
+// cause limiter.ErrLeaseLost and the loss is counted and logged; the task
+// still returns what the handler returns. limiter.LeaseFrom(ctx) gives
+// the handler its lease, e.g. for its fencing token.
 //
-// The lease id is the asynq task id, so a task retried after a worker
-// crashed takes back its own permit, not a second one. The lease is kept
-// alive while the handler runs; if it is lost, the handler's context is
-// cancelled with cause limiter.ErrLeaseLost.
+// The lease id is the asynq task id, and an id names one holder at a
+// time: a new run of a task (a retry after a deadline, or after a worker
+// crashed) waits for the previous run's lease to be released — or, for a
+// crashed worker, to lapse at the rule's TTL, not the task's timeout —
+// rather than take a second permit or share one.
 package asynqmw

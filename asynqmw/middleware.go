@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter"
 )
@@ -22,7 +21,8 @@ type options struct {
 	metrics        *Collector
 	logger         *slog.Logger
 	limiterOpts    []limiter.Option
-	releaseTimeout time.Duration
+	releaseTimeout time.Duration // 0: the limiter Client's
+	releaseSet     bool
 }
 
 // Metrics reports gated tasks, waits, busy re-queues and lost leases to c.
@@ -33,21 +33,29 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.Prefix,
-// limiter.Metrics). The rules' TTL and waits override the limiter's TTL,
-// AcquireTimeout and AttemptsLimit.
+// limiter.Metrics, limiter.ReleaseTimeout); they override the options the
+// limiter.Client was made with. The rules' TTL and waits override the
+// limiter's TTL, AcquireTimeout and AttemptsLimit. A bad option makes New
+// return the limiter's *ArgumentError.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
-// ReleaseTimeout bounds the release after a handler returns (default 5s).
-// The release does not use the handler's context, which asynq cancels on
-// shutdown or when it loses its own lease on the task.
-func ReleaseTimeout(d time.Duration) Option { return func(o *options) { o.releaseTimeout = d } }
+// ReleaseTimeout bounds the release after a handler returns: it is
+// LimiterOptions(limiter.ReleaseTimeout(d)). Without it, the limiter
+// Client's ReleaseTimeout applies (limiter's default 1s). The release does
+// not use the handler's context, which asynq cancels on shutdown or when
+// it loses its own lease on the task; one that does not finish in time is
+// logged and the permit comes back at the rule's TTL. d <= 0 makes New
+// return a *ConfigError.
+func ReleaseTimeout(d time.Duration) Option {
+	return func(o *options) { o.releaseTimeout, o.releaseSet = d, true }
+}
 
 type middleware struct {
-	rdb   redis.UniversalClient
-	rules []Rule
-	opts  options
+	client *limiter.Client
+	rules  []Rule
+	opts   options
 
 	mu    sync.Mutex
 	gates map[string]*limiter.Semaphore
@@ -56,31 +64,55 @@ type middleware struct {
 // errGateTimeout ends a wait that is to be reported as busy.
 var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 
-// New returns the middleware for mux.Use. Invalid rules or options give a
-// *ConfigError (or the limiter's *ArgumentError) naming what is wrong;
-// nothing is sent to Redis.
+// New returns the middleware for mux.Use, gating tasks with semaphores of
+// client (made here, one per rule name, and one per key of a Key rule on
+// first use). Close client only after the asynq servers using the
+// middleware have shut down: the waits its Close ends fail with
+// limiter.ErrClosed (asynq retries them as errors), and the leases of
+// handlers still running are released, their contexts cancelled with
+// cause limiter.ErrNotHeld.
+//
+// A nil client gives a *limiter.ArgumentError naming "client"; invalid
+// rules or options give a *ConfigError (or the limiter's *ArgumentError)
+// naming what is wrong; a closed client gives limiter.ErrClosed. Nothing
+// is sent to Redis.
 //
 // On a task a rule matches, the handler runs only while it holds a lease
 // (id = the task id) on the rule's semaphore. If no permit frees within
-// MaxWait, the task returns a *BusyError (see IsFailure and RetryDelay); a
-// Redis failure is returned wrapped, and asynq retries as for any error.
-// If the lease is lost while the handler runs, the handler's context is
-// cancelled with cause limiter.ErrLeaseLost. The lease is released when
-// the handler returns, whatever it returns.
-func New(rdb redis.UniversalClient, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
+// MaxWait, the task returns a *BusyError (see IsFailure and RetryDelay);
+// if the task's own context ends first, its error wrapping the context's
+// cause; a Redis failure is returned wrapped, and asynq retries as for
+// any error. If the lease is lost while the handler runs, the handler's
+// context is cancelled with cause limiter.ErrLeaseLost, and the loss is
+// counted and logged. The lease is released when the handler returns or
+// panics, whatever it returns, also when asynq has given up on it (a new
+// run of the task, under the same lease id, waits for that release); a
+// failed release is logged and the permit comes back at the rule's TTL.
+// The task returns what the handler returned: neither a lost lease nor a
+// failed release turns a handler's success into a failure.
+func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
+	if client == nil {
+		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+	}
 	rules, err := validate(rules)
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{rdb: rdb, rules: rules, gates: map[string]*limiter.Semaphore{},
-		opts: options{logger: slog.Default(), releaseTimeout: 5 * time.Second}}
+	m := &middleware{client: client, rules: rules, gates: map[string]*limiter.Semaphore{},
+		opts: options{logger: slog.Default()}}
 	for _, o := range opts {
 		if o != nil {
 			o(&m.opts)
 		}
 	}
-	if m.opts.releaseTimeout <= 0 {
-		return nil, &ConfigError{Rule: -1, Reason: "ReleaseTimeout must be > 0"}
+	if m.opts.logger == nil {
+		m.opts.logger = slog.Default()
+	}
+	if m.opts.releaseSet {
+		if m.opts.releaseTimeout <= 0 {
+			return nil, &ConfigError{Rule: -1, Reason: "ReleaseTimeout must be > 0"}
+		}
+		m.opts.limiterOpts = append(m.opts.limiterOpts, limiter.ReleaseTimeout(m.opts.releaseTimeout))
 	}
 	for i, r := range rules {
 		if _, err := m.gate(r, r.Name); err != nil {
@@ -102,7 +134,7 @@ func (m *middleware) gate(r Rule, name string) (*limiter.Semaphore, error) {
 		return sem, nil
 	}
 	opts := append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
-	sem, err := limiter.NewSemaphore(m.rdb, name, r.Limit, opts...)
+	sem, err := m.client.Semaphore(name, r.Limit, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -174,31 +206,59 @@ func lastTry(ctx context.Context) bool {
 	return ok1 && ok2 && retried >= maxRetry
 }
 
+// run runs the handler under the lease (see limiter.Lease.Run), which
+// releases it when the handler returns or panics (asynq recovers the
+// panic), unless it was lost. It returns the handler's error.
 func (m *middleware) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *limiter.Lease, rule string) error {
-	// Deferred, so a panicking handler (asynq recovers it) releases too.
-	defer func() {
-		if ctx.Err() != nil {
-			// asynq gave up on this run (deadline, shutdown, its own
-			// lease) and may already be running the task again, under
-			// the same lease id: releasing would take that run's
-			// permit. Let the lease lapse after its TTL instead.
-			lease.StopRefresh()
-			return
-		}
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), m.opts.releaseTimeout)
-		defer relCancel()
-		if err := lease.Release(relCtx); err != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
-			// Not fatal: the permit comes back when the lease's TTL runs out.
-			m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
+	defer func() { // also when the handler panicked
+		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
+			m.opts.metrics.lost(rule)
+			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
 		}
 	}()
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(lease.Context(), func() {
-		// Before Release (stop runs first), the lease ends only by loss.
-		m.opts.metrics.lost(rule)
-		cancel(context.Cause(lease.Context()))
+	var herr *handlerError // compared by pointer below, whatever the handler's error type
+	err := lease.Run(ctx, func(ctx context.Context) error {
+		if err := next.ProcessTask(ctx, t); err != nil {
+			herr = &handlerError{err}
+			return herr
+		}
+		return nil
 	})
-	defer stop()
-	return next.ProcessTask(runCtx, t)
+	if rerr := added(err, herr); rerr != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
+		// Not fatal: the permit comes back when the lease's TTL runs out.
+		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", rerr)
+	}
+	if herr != nil {
+		return herr.err
+	}
+	return nil
+}
+
+// handlerError carries the handler's error through Lease.Run.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// added returns what Lease.Run joined to the handler's error herr (nil if
+// the handler returned nil): a failed release, when the lease was not
+// lost. Nil when nothing was added.
+func added(err error, herr *handlerError) error {
+	var own error
+	if herr != nil {
+		own = herr
+	}
+	if err == own {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if e != own {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	return err
 }

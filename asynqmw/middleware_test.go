@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/asynqmw"
@@ -52,6 +53,25 @@ func startServer(t testing.TB, addr string, concurrency int, mw asynq.Middleware
 	t.Cleanup(srv.Shutdown)
 }
 
+// newLimiter returns a limiter Client of rdb, closed at cleanup: before
+// rdb (cleanups run last-in first-out) and after the asynq servers that
+// startServer registers later.
+func newLimiter(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) *limiter.Client {
+	t.Helper()
+	c, err := limiter.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("limiter Client.Close: %v", err)
+		}
+	})
+	return c
+}
+
 func enqueue(t testing.TB, c *asynq.Client, task *asynq.Task, opts ...asynq.Option) *asynq.TaskInfo {
 	t.Helper()
 	info, err := c.Enqueue(task, append([]asynq.Option{asynq.Retention(time.Hour)}, opts...)...)
@@ -81,7 +101,7 @@ func (c *concurrency) leave() { c.now.Add(-1) }
 
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
-	mw, err := asynqmw.New(srv.Client(t), []asynqmw.Rule{
+	mw, err := asynqmw.New(newLimiter(t, srv.Client(t)), []asynqmw.Rule{
 		{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 100 * time.Millisecond},
 	})
 	if err != nil {
@@ -131,7 +151,8 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 50 * time.Millisecond}})
+	lc := newLimiter(t, rdb)
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +162,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 		ran <- id
 		return nil
 	})
-	blocker, _ := limiter.NewMutex(rdb, "export")
+	blocker, _ := newLimiter(t, rdb).Mutex("export") // another process
 	held, err := blocker.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -179,8 +200,9 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 func TestLostLeaseCancelsHandler(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
-		asynqmw.LimiterOptions(limiter.Prefix("lost:")))
+	metrics := asynqmw.NewCollector()
+	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
+		asynqmw.LimiterOptions(limiter.Prefix("lost:")), asynqmw.Metrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,12 +231,31 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler ctx not cancelled after its lease was deleted")
 	}
+	redistest.Eventually(t, 5*time.Second, "the lost lease is counted", func() bool {
+		return counter(metrics, "redsem_asynq_leases_lost_total") == 1
+	})
+}
+
+// counter sums a counter of c over its rules.
+func counter(c *asynqmw.Collector, name string) float64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, _ := reg.Gather()
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 func TestPerKeyRule(t *testing.T) {
 	srv := redistest.StartServer(t)
 	type order struct{ Customer string }
-	mw, err := asynqmw.New(srv.Client(t), []asynqmw.Rule{{
+	mw, err := asynqmw.New(newLimiter(t, srv.Client(t)), []asynqmw.Rule{{
 		Name: "orders", Type: "order", Limit: 2, MaxWait: 100 * time.Millisecond,
 		Key: func(t *asynq.Task) (string, bool) {
 			var o order
@@ -263,7 +304,8 @@ func TestPerKeyRule(t *testing.T) {
 
 func TestBadConfig(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
+	t.Cleanup(func() { rdb.Close() })
+	lc := newLimiter(t, rdb)
 	cases := map[string][]asynqmw.Rule{
 		"no rules":           nil,
 		"empty name":         {{Limit: 1}},
@@ -279,15 +321,28 @@ func TestBadConfig(t *testing.T) {
 		"second rule broken": {{Name: "a", Limit: 1}, {Name: "", Limit: 1}},
 	}
 	for name, rules := range cases {
-		if _, err := asynqmw.New(rdb, rules); !errors.Is(err, limiter.ErrInvalidArgument) {
+		if _, err := asynqmw.New(lc, rules); !errors.Is(err, limiter.ErrInvalidArgument) {
 			t.Errorf("%s: want an invalid-argument error, got %v", name, err)
 		}
 	}
-	if _, err := asynqmw.New(nil, []asynqmw.Rule{{Name: "a", Limit: 1}}); !errors.Is(err, limiter.ErrInvalidArgument) {
-		t.Errorf("nil client: %v", err)
+	var arg *limiter.ArgumentError
+	if _, err := asynqmw.New(nil, []asynqmw.Rule{{Name: "a", Limit: 1}}); !errors.As(err, &arg) || arg.Arg != "client" {
+		t.Errorf("nil client: want an *ArgumentError naming the client, got %v", err)
 	}
-	if _, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {
+	var cfg *asynqmw.ConfigError
+	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.ReleaseTimeout(0)); !errors.As(err, &cfg) {
+		t.Errorf("ReleaseTimeout(0): want a *ConfigError, got %v", err)
+	}
+	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.Prefix("{"))); !errors.As(err, &arg) || arg.Arg != "Prefix" {
+		t.Errorf("bad limiter option: want an *ArgumentError naming it, got %v", err)
+	}
+	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {
 		t.Errorf("two rules sharing a semaphore with the same limit: %v", err)
+	}
+	closed, _ := limiter.New(rdb)
+	_ = closed.Close(context.Background())
+	if _, err := asynqmw.New(closed, []asynqmw.Rule{{Name: "a", Limit: 1}}); !errors.Is(err, limiter.ErrClosed) {
+		t.Errorf("closed client: want ErrClosed, got %v", err)
 	}
 }
 
@@ -306,13 +361,26 @@ func TestRetryHelpers(t *testing.T) {
 	}
 }
 
-// runWorker is the child process of TestKilledWorkerFreesPermit.
+// runWorker is the child process of TestKilledWorkerFreesPermit: a
+// process with its own limiter Client.
 func runWorker(addr string) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "crash", Type: "crash", Limit: 2, TTL: 2 * time.Second}})
-	if err != nil {
+	if err := worker(addr); err != nil {
 		fmt.Println(err)
 		os.Exit(1)
+	}
+}
+
+func worker(addr string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer lc.Close(context.Background()) // after the server's shutdown, before rdb.Close
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "crash", Type: "crash", Limit: 2, TTL: 2 * time.Second}})
+	if err != nil {
+		return err
 	}
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
 	mux := asynq.NewServeMux()
@@ -323,59 +391,60 @@ func runWorker(addr string) {
 		<-ctx.Done() // runs until killed
 		return nil
 	})
-	if err := srv.Run(mux); err != nil {
-		os.Exit(1)
-	}
+	return srv.Run(mux) // until a signal, then the server shuts down
 }
 
 // A worker killed -9 mid-task: its permit comes back within the lease TTL
 // (not the task's timeout), and the task, when asynq retries it with the
-// same id, takes back that permit rather than a second one.
+// same id in another process, neither shares the dead worker's permit nor
+// takes a second one: it waits for that lease to lapse, then takes one.
 func TestKilledWorkerFreesPermit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "REDSEM_WORKER="+srv.Addr())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("crash", nil), asynq.Timeout(time.Hour))
 	redistest.Eventually(t, 20*time.Second, "the worker starts the task", func() bool {
 		return rdb.Get(ctx, "started").Val() == info.ID
 	})
-	sem, _ := limiter.NewSemaphore(rdb, "crash", 2, limiter.TTL(2*time.Second))
+	sem, _ := newLimiter(t, rdb).Semaphore("crash", 2, limiter.TTL(2*time.Second))
 	hs, err := sem.Holders(ctx)
 	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
 		t.Fatalf("holders while the task runs: %+v, %v (want the task id %s)", hs, err, info.ID)
 	}
-
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 	killed := time.Now()
 
-	// The retried task (same id) re-takes its own permit: still one in use.
-	retry, err := sem.TryAcquire(ctx, limiter.ID(info.ID))
+	// The retried task (same id) waits its turn although a permit is free.
+	if _, err := sem.TryAcquire(ctx, limiter.ID(info.ID)); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("same-id acquire while the dead worker's lease lives: %v, want ErrBusy", err)
+	}
+	retry, err := sem.Acquire(ctx, limiter.ID(info.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := sem.Available(ctx); n != 1 {
-		t.Fatalf("the retried task holds two permits: available %d of 2", n)
-	}
-	retry.StopRefresh()
-
-	redistest.Eventually(t, 10*time.Second, "the permit comes back", func() bool {
-		n, _ := sem.Available(ctx)
-		return n == 2
-	})
 	if took := time.Since(killed); took > 5*time.Second {
 		t.Fatalf("permit back after %v; TTL 2s (task timeout 1h)", took)
+	}
+	if n, _ := sem.Available(ctx); n != 1 {
+		t.Fatalf("the retried task holds %d permits, want 1 (available %d of 2)", 2-n, n)
+	}
+	if err := retry.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sem.Available(ctx); n != 2 {
+		t.Fatalf("available %d of 2 after the retry released", n)
 	}
 }
 
@@ -385,12 +454,12 @@ func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
+	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startServer(t, srv.Addr(), 1, mw, func(context.Context, *asynq.Task) error { return nil })
-	blocker, _ := limiter.NewMutex(rdb, "short")
+	blocker, _ := newLimiter(t, rdb).Mutex("short") // another process
 	held, err := blocker.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -411,19 +480,26 @@ func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
 	}
 }
 
-// A handler that outlives its context (asynq gave up on it) does not
-// release: a new run of the task may hold the same lease by then. The
-// lease lapses after its TTL.
-func TestAbandonedHandlerDoesNotRelease(t *testing.T) {
+// A handler that outlives its context (asynq gave up on it) keeps its
+// lease while it runs — a new run of the task, under the same lease id,
+// would wait its turn — and releases it when it returns, well before the
+// TTL.
+func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{{Name: "zombie", Type: "zombie", Limit: 1, TTL: 3 * time.Second}})
+	const ttl = 10 * time.Second
+	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "zombie", Type: "zombie", Limit: 1, TTL: ttl}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	returned := make(chan struct{})
+	started, returned := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
 	startServer(t, srv.Addr(), 1, mw, func(ctx context.Context, _ *asynq.Task) error {
+		if runs.Add(1) > 1 {
+			return nil // asynq's retry comes 15s+ later; not waited for
+		}
+		close(started)
 		time.Sleep(2 * time.Second) // ignores its 1s deadline
 		close(returned)
 		return nil
@@ -432,14 +508,73 @@ func TestAbandonedHandlerDoesNotRelease(t *testing.T) {
 	defer client.Close()
 	// asynq counts timeouts in whole seconds.
 	info := enqueue(t, client, asynq.NewTask("zombie", nil), asynq.Timeout(time.Second), asynq.MaxRetry(1))
-	<-returned
-	sem, _ := limiter.NewMutex(rdb, "zombie")
+	<-started
+	sem, _ := newLimiter(t, rdb).Mutex("zombie", limiter.TTL(ttl)) // another process
 	hs, err := sem.Holders(ctx)
 	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
-		t.Fatalf("holders right after the abandoned handler returned: %+v, %v (want its lease kept)", hs, err)
+		t.Fatalf("holders while the handler runs: %+v, %v (want its lease)", hs, err)
 	}
-	redistest.Eventually(t, 6*time.Second, "the abandoned lease lapses", func() bool {
+	if _, err := sem.TryAcquire(ctx, limiter.ID(info.ID)); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("same-id acquire while the abandoned handler holds the lease: %v, want ErrBusy", err)
+	}
+	<-returned
+	back := time.Now()
+	redistest.Eventually(t, ttl, "the abandoned handler releases", func() bool {
 		hs, _ := sem.Holders(ctx)
 		return len(hs) == 0
 	})
+	if took := time.Since(back); took > ttl/2 {
+		t.Fatalf("lease gone %v after the handler returned: it lapsed (TTL %v) rather than being released", took, ttl)
+	}
+}
+
+// sliceError is an error type whose values cannot be compared with ==.
+type sliceError []string
+
+func (e sliceError) Error() string { return strings.Join(e, ", ") }
+
+// The middleware, called directly: the handler sees its lease, the task
+// returns the handler's own error (whatever its type), and a handler that
+// returns or panics gives its permit back at once.
+func TestHandlerErrorsAndPanics(t *testing.T) {
+	srv := redistest.StartServer(t)
+	lc := newLimiter(t, srv.Client(t))
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "direct", Limit: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := lc.Semaphore("direct", 1)
+	ctx := context.Background()
+	task := asynq.NewTask("direct", nil)
+	free := func() bool { n, err := sem.Available(ctx); return err == nil && n == 1 }
+
+	var token int64
+	err = mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		if l, ok := limiter.LeaseFrom(ctx); ok {
+			token = l.Token()
+		}
+		return sliceError{"a", "b"}
+	})).ProcessTask(ctx, task)
+	var se sliceError
+	if !errors.As(err, &se) || len(se) != 2 || errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("task returned %v (%T), want the handler's sliceError unchanged", err, err)
+	}
+	if token == 0 {
+		t.Fatal("limiter.LeaseFrom in the handler: no lease")
+	}
+	if !free() {
+		t.Fatal("permit not back after the handler returned an error")
+	}
+
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		_ = mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { panic("boom") })).ProcessTask(ctx, task)
+	}()
+	if !free() {
+		t.Fatal("permit not back after the handler panicked")
+	}
 }

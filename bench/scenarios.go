@@ -56,11 +56,53 @@ type Lib struct {
 	// Redis under their own names too, so only a name no script of the
 	// library calls can be listed here.
 	Sends []string
-	// OwnClient gives every worker its own *redis.Client, as separate
-	// processes would have.
+	// OwnClient gives every worker its own Proc (*redis.Client, and for
+	// redsem its own limiter.Client), as separate processes would have.
 	OwnClient bool
-	// New returns a Locker of the lock named key.
-	New func(rdb *redis.Client, key string) (Locker, error)
+	// New returns a Locker of the lock named key, for process p.
+	New func(p *Proc, key string) (Locker, error)
+}
+
+// Proc is one simulated process: its go-redis client and, made on first
+// use, its redsem Client (one per process and Redis, as redsem asks).
+type Proc struct {
+	RDB *redis.Client
+	lim *limiter.Client
+}
+
+// Limiter returns the process's redsem Client, made on first use. Lockers
+// are made on one goroutine, so this needs no lock.
+func (p *Proc) Limiter() (*limiter.Client, error) {
+	if p.lim == nil {
+		c, err := limiter.New(p.RDB)
+		if err != nil {
+			return nil, err
+		}
+		p.lim = c
+	}
+	return p.lim, nil
+}
+
+// Close closes the redsem Client, if any (it waits for its goroutines and
+// closes its pub/sub connection), then the go-redis client.
+func (p *Proc) Close() error {
+	var err error
+	if p.lim != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err = p.lim.Close(ctx); err != nil {
+			err = fmt.Errorf("redsem Client.Close: %w", err)
+		}
+	}
+	return errors.Join(err, p.RDB.Close())
+}
+
+// closeProc closes p at the end of a run, reporting a failure in *err
+// unless the run already failed.
+func closeProc(p *Proc, err *error) {
+	if cerr := p.Close(); cerr != nil && *err == nil {
+		*err = cerr
+	}
 }
 
 // alwaysClient are the commands that only ever come from a client: script
@@ -77,7 +119,8 @@ var UncontendedLibs = []Lib{
 	{
 		Name:   "ping2",
 		Config: "baseline: 2 PINGs per op (2 round trips), same client",
-		New: func(rdb *redis.Client, _ string) (Locker, error) {
+		New: func(p *Proc, _ string) (Locker, error) {
+			rdb := p.RDB
 			return func(ctx context.Context) (Unlock, error) {
 				if err := rdb.Ping(ctx).Err(); err != nil {
 					return nil, err
@@ -123,7 +166,7 @@ var ContendedLibs = []Lib{
 	},
 	{
 		Name:      "redsem 8 clients",
-		Config:    "as redsem, but each worker has its own go-redis client (like 8 processes: 8 subscriptions)",
+		Config:    "as redsem, but each worker has its own go-redis client and redsem Client (like 8 processes: 8 subscriptions)",
 		OwnClient: true,
 		New:       redsemWait(),
 	},
@@ -158,8 +201,12 @@ var ContendedLibs = []Lib{
 var SemaphoreLib = Lib{
 	Name:   "redsem",
 	Config: fmt.Sprintf("Semaphore limit %d, Acquire + Release; TTL 10s", semLimit),
-	New: func(rdb *redis.Client, key string) (Locker, error) {
-		s, err := limiter.NewSemaphore(rdb, key, semLimit, limiter.TTL(lockTTL))
+	New: func(p *Proc, key string) (Locker, error) {
+		c, err := p.Limiter()
+		if err != nil {
+			return nil, err
+		}
+		s, err := c.Semaphore(key, semLimit, limiter.TTL(lockTTL))
 		if err != nil {
 			return nil, err
 		}
@@ -167,9 +214,9 @@ var SemaphoreLib = Lib{
 	},
 }
 
-func redsemTry(opts ...limiter.Option) func(*redis.Client, string) (Locker, error) {
-	return func(rdb *redis.Client, key string) (Locker, error) {
-		m, err := limiter.NewMutex(rdb, key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
+func redsemTry(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
+	return func(p *Proc, key string) (Locker, error) {
+		m, err := redsemMutex(p, key, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -177,14 +224,23 @@ func redsemTry(opts ...limiter.Option) func(*redis.Client, string) (Locker, erro
 	}
 }
 
-func redsemWait(opts ...limiter.Option) func(*redis.Client, string) (Locker, error) {
-	return func(rdb *redis.Client, key string) (Locker, error) {
-		m, err := limiter.NewMutex(rdb, key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
+func redsemWait(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
+	return func(p *Proc, key string) (Locker, error) {
+		m, err := redsemMutex(p, key, opts)
 		if err != nil {
 			return nil, err
 		}
 		return redsemLocker(m.Acquire), nil
 	}
+}
+
+// redsemMutex is the mutex named key of p's redsem Client, TTL lockTTL.
+func redsemMutex(p *Proc, key string, opts []limiter.Option) (*limiter.Mutex, error) {
+	c, err := p.Limiter()
+	if err != nil {
+		return nil, err
+	}
+	return c.Mutex(key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
 }
 
 func redsemLocker(acquire func(context.Context, ...limiter.AcquireOption) (*limiter.Lease, error)) Locker {
@@ -200,11 +256,11 @@ func redsemLocker(acquire func(context.Context, ...limiter.AcquireOption) (*limi
 	}
 }
 
-func redsyncLock(opts ...redsync.Option) func(*redis.Client, string) (Locker, error) {
-	return func(rdb *redis.Client, key string) (Locker, error) {
+func redsyncLock(opts ...redsync.Option) func(*Proc, string) (Locker, error) {
+	return func(p *Proc, key string) (Locker, error) {
 		// A redsync.Mutex keeps the value it locked with, so each Locker
 		// (one per worker) has its own, as redsync's examples do.
-		m := redsync.New(goredis.NewPool(rdb)).NewMutex(key, opts...)
+		m := redsync.New(goredis.NewPool(p.RDB)).NewMutex(key, opts...)
 		return func(ctx context.Context) (Unlock, error) {
 			err := m.LockContext(ctx)
 			var taken *redsync.ErrTaken
@@ -227,9 +283,9 @@ func redsyncLock(opts ...redsync.Option) func(*redis.Client, string) (Locker, er
 
 // redislockObtain waits with a fresh strategy from retry per Obtain (the
 // exponential one counts its attempts); nil retry means one attempt.
-func redislockObtain(retry func() redislock.RetryStrategy) func(*redis.Client, string) (Locker, error) {
-	return func(rdb *redis.Client, key string) (Locker, error) {
-		c := redislock.New(rdb)
+func redislockObtain(retry func() redislock.RetryStrategy) func(*Proc, string) (Locker, error) {
+	return func(p *Proc, key string) (Locker, error) {
+		c := redislock.New(p.RDB)
 		return func(ctx context.Context) (Unlock, error) {
 			var opt *redislock.Options
 			if retry != nil {
@@ -267,12 +323,12 @@ func NewEnv(ctx context.Context, addr string) (*Env, error) {
 
 func (e *Env) Close() { _ = e.admin.Close() }
 
-// newClient returns a client whose commands are counted by a hook, a
-// cross-check of the commandstats count.
-func (e *Env) newClient() *redis.Client {
+// newProc returns a simulated process whose go-redis client's commands
+// are counted by a hook, a cross-check of the commandstats count.
+func (e *Env) newProc() *Proc {
 	c := redis.NewClient(&redis.Options{Addr: e.Addr})
 	c.AddHook(countHook{&e.sent})
-	return c
+	return &Proc{RDB: c}
 }
 
 // key returns a lock name used by no earlier run, so no state (keys,
@@ -466,10 +522,11 @@ func (r Result) withCounts(c counts) Result {
 }
 
 // RunUncontended does n lock+unlock pairs from one goroutine.
-func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (Result, error) {
-	rdb := e.newClient()
-	defer rdb.Close()
-	lock, err := lib.New(rdb, e.key(lib.Name))
+// The process is closed after the counts are taken.
+func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (_ Result, err error) {
+	p := e.newProc()
+	defer closeProc(p, &err)
+	lock, err := lib.New(p, e.key(lib.Name))
 	if err != nil {
 		return Result{}, err
 	}
@@ -531,18 +588,19 @@ var (
 // says how many were made. Waits cut short that way count in the wait
 // percentiles with the time waited so far (a lower bound), so a library
 // that starves a waiter cannot hide it by leaving it waiting at the end.
-func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, maxDur time.Duration, t Timer) (Result, error) {
+// The processes are closed at the end, after the counts are taken.
+func RunContended(ctx context.Context, e *Env, sc Contention, lib Lib, n int, maxDur time.Duration, t Timer) (_ Result, err error) {
 	key := e.key(lib.Name)
-	shared := e.newClient()
-	defer shared.Close()
+	shared := e.newProc()
+	defer closeProc(shared, &err)
 	lockers := make([]Locker, workers)
 	for w := range lockers {
-		rdb := shared
+		p := shared
 		if lib.OwnClient {
-			rdb = e.newClient()
-			defer rdb.Close()
+			p = e.newProc()
+			defer closeProc(p, &err)
 		}
-		l, err := lib.New(rdb, key)
+		l, err := lib.New(p, key)
 		if err != nil {
 			return Result{}, err
 		}

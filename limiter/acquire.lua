@@ -1,10 +1,17 @@
--- ARGV: limit, weight, ttl_ms, id, proposed token ('' = use the server clock)
--- A quorum proposes the token (the client clock) so that its nodes, whose
--- clocks differ, agree on it unless one has seen a later token.
--- Returns {1, token, weight, permits still free, existing} when granted
--- (existing = 1 when id already held a lease: that lease, refreshed), else
--- {0, ms until the earliest lease expires, permits in use}.
+-- ARGV: limit, weight, ttl_ms, id, proposed token ('' = server clock),
+--       owner (the asking Client), reclaim (1: the owner has no live lease
+--       of this id, so a lease it already holds is a retry's), wait id
+--       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0)
+-- A quorum proposes the token so that its nodes, whose clocks differ,
+-- agree on it unless one has seen a later token. A quorum does not queue
+-- in order (fifo 0): each node's queue only says whom to wake, since an
+-- order per node can deadlock waiters that each head one node.
+-- Returns {1, token, weight, permits still free, existing, own waiters
+-- woken...} when granted (existing = 1: the owner's lease of this id,
+-- extended), {0, ms until the earliest expiry, permits in use, at head}
+-- when not, {-1, weight held} when the id holds another weight.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local owner, reclaim, wait, own = ARGV[6], ARGV[7] == '1', ARGV[8], ARGV[10]
 local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -12,36 +19,71 @@ local exp = now_ms + ttl
 local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field)
 local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 
-local mine = st[4]
-local score = mine and tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
-if mine and score > now_ms then
-  local w, tok = parse(mine)
-  exp = math.max(exp, score) -- never shorten another holder's expiry
-  redis.call('ZADD', KEYS[1], fmt(exp), id)
-  local at = next_keyexp(exp, ttl, keyexp)
-  if at then
-    redis.call('HSET', KEYS[2], 'keyexp', at)
-    expire_keys(at)
+-- One id, one holder: a live lease of this id is returned only to its own
+-- Client retrying after a lost reply; anyone else waits for it to end.
+local conflict = false
+if st[4] then
+  local w, tok, holder = parse(st[4])
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
+  if score > now_ms then
+    if w ~= weight then return {-1, w} end
+    if reclaim and holder == owner then
+      exp = math.max(exp, score) -- never shorten
+      redis.call('ZADD', KEYS[1], fmt(exp), id)
+      local at = next_keyexp(exp, ttl, keyexp)
+      if at then
+        redis.call('HSET', KEYS[2], 'keyexp', at)
+        expire_keys(at)
+      end
+      return {1, tok, w, limit - total, 1}
+    end
+    conflict = true
+  else
+    total = total - sweep(now_ms)
   end
-  return {1, tok, w, limit - total, 1}
 end
 
--- Expired leases are swept only when they are in the way.
-if mine or total + weight > limit then
+if not conflict and total + weight > limit then
   total = total - sweep(now_ms)
 end
 
-if total + weight <= limit then
+local mine = wait ~= '' and redis.call('HGET', KEYS[2], '?' .. wait)
+-- In order: the permits of live waiters ahead are spoken for.
+local ahead = 0
+if ARGV[11] == '1' and not conflict then
+  ahead = queued_ahead(now_ms, wait)
+end
+
+if not conflict and ahead and total + ahead + weight <= limit then
   local tok = fmt(math.max(last + 1, tonumber(ARGV[5]) or now))
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
-  redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok, 'total', fmt(total + weight), 'token', tok,
-    'keyexp', at or fmt(keyexp))
+  redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight),
+    'token', tok, 'limit', fmt(limit), 'keyexp', at or fmt(keyexp))
   if at then expire_keys(at) end
-  return {1, tok, weight, limit - total - weight, 0}
+  local reply = {1, tok, weight, limit - total - weight, 0}
+  if mine then
+    redis.call('ZREM', KEYS[3], wait)
+    redis.call('HDEL', KEYS[2], '?' .. wait)
+    -- Pass the turn on to those behind that fit in what is left.
+    for _, w in ipairs(wake_fitting(now_ms, limit - total - weight, own)) do reply[#reply + 1] = w end
+  end
+  return reply
 end
 
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local wait = ttl
-if #first > 0 then wait = tonumber(first[2]) - now_ms end
-return {0, wait, total}
+local head = 0
+if wait ~= '' then
+  if ahead == 0 then head = 1 end
+  local wexp = now_ms + tonumber(ARGV[9])
+  if not mine then
+    local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+    redis.call('ZADD', KEYS[3], seq, wait)
+    -- The queue key may be new: give it the keys' expiry.
+    local at = next_keyexp(wexp, ttl, keyexp) or fmt(keyexp)
+    redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own, 'keyexp', at)
+    expire_keys(at)
+  else
+    redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)
+  end
+end
+return {0, earliest(now_ms, ttl), total, head}

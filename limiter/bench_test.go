@@ -28,7 +28,7 @@ func BenchmarkUncontended(b *testing.B) {
 			if !refresh {
 				opts = append(opts, limiter.RefreshInterval(0))
 			}
-			mu, err := limiter.NewMutex(rdb, "bench-uncontended", opts...)
+			mu, err := newMutex(b, rdb, "bench-uncontended", opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -84,7 +84,7 @@ func BenchmarkContendedSemaphore(b *testing.B) {
 }
 
 func benchHandoff(b *testing.B, bk backend, limit int64) {
-	sem, err := limiter.NewSemaphore(bk.client(b), fmt.Sprintf("bench-handoff-%d", limit), limit, limiter.AcquireTimeout(time.Minute))
+	sem, err := newSemaphore(b, bk.client(b), fmt.Sprintf("bench-handoff-%d", limit), limit, limiter.AcquireTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,11 +159,11 @@ func sentCommands(calls map[string]int64) int64 {
 func BenchmarkRedlockUncontended(b *testing.B) {
 	_, clients := startBenchNodes(b)
 	ctx := context.Background()
-	single, err := limiter.NewMutex(clients[0], "bench-single")
+	single, err := newMutex(b, clients[0], "bench-single")
 	if err != nil {
 		b.Fatal(err)
 	}
-	quorum, err := limiter.NewRedlockMutex(clients, "bench-quorum")
+	quorum, err := newRedlockMutex(b, clients, "bench-quorum")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func BenchmarkRedlockUncontended(b *testing.B) {
 // of 3 nodes.
 func BenchmarkRedlockContendedHandoff(b *testing.B) {
 	nodes, clients := startBenchNodes(b)
-	sem, err := limiter.NewRedlockSemaphore(clients, "bench-redlock-handoff", 1, limiter.AcquireTimeout(time.Minute))
+	sem, err := newRedlockSemaphore(b, clients, "bench-redlock-handoff", 1, limiter.AcquireTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}

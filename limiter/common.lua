@@ -1,10 +1,15 @@
 -- Prelude shared by every script (prepended in scripts.go).
 -- KEYS[1] leases ZSET id -> expiry (ms, server clock), plus the member ''
 --                at +inf that keeps the set (and its TTL) alive while empty
--- KEYS[2] state  HASH ':'..id -> "<weight>:<token>" for each lease, and
+-- KEYS[2] state  HASH ':'..id -> "<weight>:<token>:<owner>" per lease,
+--                '?'..wait -> "<weight>:<expiry ms>:<wake channel>" per
+--                queued waiter, and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
---                keyexp (when both keys expire)
+--                limit  (the limit of the last grant: releases wake by it),
+--                seq    (the last queue ticket),
+--                keyexp (when the keys expire)
+-- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
 -- Every redis.call costs ~2us of Lua overhead, more than most commands
 -- themselves, so the common paths are written to make as few as possible.
 --
@@ -21,27 +26,32 @@ local function now_us()
 end
 
 local function parse(v)
-  local w, tok = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(w), tok
+  local w, tok, owner = string.match(v, '^(%d+):(%d+):(.*)$')
+  return tonumber(w), tok, owner
 end
 
--- Drops every lease whose expiry has passed; returns the permits freed.
+local function parse_waiter(v)
+  local w, exp, channel = string.match(v, '^(%d+):(%d+):(.*)$')
+  return tonumber(w), tonumber(exp), channel
+end
+
+-- At most this many expired leases or dead waiters are dropped per call,
+-- so one call's cost stays bounded whatever piled up; the rest go on later
+-- calls.
+local SWEEP_MAX = 100
+
+-- Drops expired leases (at most SWEEP_MAX); returns the permits freed.
 local function sweep(now_ms)
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
   if #gone == 0 then return 0 end
+  local fields = {}
+  for i = 1, #gone do fields[i] = ':' .. gone[i] end
   local freed = 0
-  for i = 1, #gone, 1000 do
-    local ids, fields = {}, {}
-    for j = i, math.min(i + 999, #gone) do
-      ids[#ids + 1] = gone[j]
-      fields[#fields + 1] = ':' .. gone[j]
-    end
-    for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(fields))) do
-      if v then freed = freed + parse(v) end
-    end
-    redis.call('HDEL', KEYS[2], unpack(fields))
-    redis.call('ZREM', KEYS[1], unpack(ids))
+  for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(fields))) do
+    if v then freed = freed + parse(v) end
   end
+  redis.call('HDEL', KEYS[2], unpack(fields))
+  redis.call('ZREM', KEYS[1], unpack(gone))
   redis.call('HINCRBY', KEYS[2], 'total', -freed)
   return freed
 end
@@ -59,14 +69,99 @@ local function expire_keys(at)
   redis.call('ZADD', KEYS[1], '+inf', '')
   redis.call('PEXPIREAT', KEYS[1], at)
   redis.call('PEXPIREAT', KEYS[2], at)
+  redis.call('PEXPIREAT', KEYS[3], at)
 end
 
--- Wakes waiters in other processes: cmd is '', 'PUBLISH' or 'SPUBLISH'.
--- The payload, "<freed>:<origin>:<token>", names the releasing process,
--- which woke its own waiters already and ignores the message, and the
--- lease, so a quorum's nodes announcing one release wake waiters once.
-local function notify(cmd, channel, freed, origin)
-  if cmd ~= '' and freed > 0 then
-    redis.call(cmd, channel, fmt(freed) .. ':' .. origin)
+-- Milliseconds until the earliest lease expires (fallback when none).
+local function earliest(now_ms, fallback)
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 0 or first[1] == '' then return fallback end
+  return math.max(tonumber(first[2]) - now_ms, 0)
+end
+
+-- Wakes the waiters at the head of the queue whose weights fit in free
+-- permits, in order, stopping at the first that does not fit: strict FIFO,
+-- as golang.org/x/sync/semaphore, so a heavy waiter is never overtaken and
+-- cannot starve. Waiters whose process stopped keeping them alive are
+-- dropped on the way. A waiter on the channel own (the caller's process)
+-- is returned rather than published to: the caller wakes it directly.
+-- Returns the list of own waiters woken.
+local function wake_fitting(now_ms, free, own)
+  local mine, dead, pos = {}, {}, 0
+  if free > 0 then
+    for _ = 1, 4 do
+      local ids = redis.call('ZRANGE', KEYS[3], pos, pos + 15)
+      if #ids == 0 then break end
+      local fields = {}
+      for i = 1, #ids do fields[i] = '?' .. ids[i] end
+      local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+      local stop = false
+      for i = 1, #ids do
+        local w, exp, channel
+        if vals[i] then w, exp, channel = parse_waiter(vals[i]) end
+        if not w or exp <= now_ms then
+          dead[#dead + 1] = ids[i]
+        elseif w <= free then
+          free = free - w
+          if channel == own then
+            mine[#mine + 1] = ids[i]
+          else
+            redis.call('PUBLISH', channel, ids[i])
+          end
+        else
+          stop = true
+          break
+        end
+      end
+      pos = pos + #ids
+      if stop or free <= 0 or #ids < 16 then break end
+    end
   end
+  if #dead > 0 then
+    local fields = {}
+    for i = 1, #dead do fields[i] = '?' .. dead[i] end
+    redis.call('HDEL', KEYS[2], unpack(fields))
+    redis.call('ZREM', KEYS[3], unpack(dead))
+  end
+  return mine
+end
+
+-- Sums the weights of the live waiters queued ahead of wait (of every
+-- waiter when wait is not queued), dropping dead ones on the way: those
+-- permits are spoken for. Returns nil when the queue is too long to tell
+-- within one call's bound (then it is not wait's turn).
+local function queued_ahead(now_ms, wait)
+  local sum, dead, pos, done = 0, {}, 0, false
+  for _ = 1, 4 do
+    local ids = redis.call('ZRANGE', KEYS[3], pos, pos + 15)
+    local fields = {}
+    for i = 1, #ids do fields[i] = '?' .. ids[i] end
+    local vals = #ids > 0 and redis.call('HMGET', KEYS[2], unpack(fields)) or {}
+    for i = 1, #ids do
+      if ids[i] == wait then
+        done = true
+        break
+      end
+      local w, exp
+      if vals[i] then w, exp = parse_waiter(vals[i]) end
+      if not w or exp <= now_ms then
+        dead[#dead + 1] = ids[i]
+      else
+        sum = sum + w
+      end
+    end
+    if done or #ids < 16 then
+      done = true
+      break
+    end
+    pos = pos + #ids
+  end
+  if #dead > 0 then
+    local fields = {}
+    for i = 1, #dead do fields[i] = '?' .. dead[i] end
+    redis.call('HDEL', KEYS[2], unpack(fields))
+    redis.call('ZREM', KEYS[3], unpack(dead))
+  end
+  if done then return sum end
+  return nil
 end

@@ -12,24 +12,48 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
+// One Client per Redis deployment and process: it owns the keep-alive,
+// the one wake-up connection and the leases, and Close gives them back.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	client, err := limiter.New(rdb, limiter.TTL(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close(context.Background()) // before rdb.Close: deferred calls run last-in first-out
+
+	sem, err := client.Semaphore("example:partner-api", 5)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(sem.Name(), sem.Limit())
+	// Output:
+	// example:partner-api 5
+}
+
 // At most 5 calls to a rate-limited API at once, across every process that
 // uses this Redis.
 func ExampleSemaphore_Do() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
 
-	sem, err := limiter.NewSemaphore(rdb, "example:partner-api", 5)
+	sem, err := client.Semaphore("example:partner-api", 5)
 	if err != nil {
 		panic(err)
 	}
 	err = sem.Do(context.Background(), func(ctx context.Context) error {
-		// ctx is cancelled (cause limiter.ErrLeaseLost) if the permit is lost.
-		fmt.Println("calling the API")
+		// ctx is cancelled (cause limiter.ErrLeaseLost) if the permit is
+		// lost; the lease's fencing token is at hand.
+		lease, _ := limiter.LeaseFrom(ctx)
+		fmt.Println("calling the API with token > 0:", lease.Token() > 0)
 		return nil
 	})
 	fmt.Println("err:", err)
 	// Output:
-	// calling the API
+	// calling the API with token > 0: true
 	// err: <nil>
 }
 
@@ -38,9 +62,11 @@ func ExampleSemaphore_Do() {
 func ExampleSemaphore_TryAcquire() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
 	ctx := context.Background()
 
-	mu, _ := limiter.NewMutex(rdb, "example:nightly-export")
+	mu, _ := client.Mutex("example:nightly-export")
 	lease, err := mu.TryAcquire(ctx)
 	if err != nil {
 		panic(err)
@@ -56,24 +82,28 @@ func ExampleSemaphore_TryAcquire() {
 	// busy: true retry within TTL: true
 }
 
-// A cron process acquires, hands the ticket to a worker (e.g. in a task
-// header), and the worker adopts the lease with its own TTL.
+// A cron process acquires and hands the ticket to a worker (e.g. in a task
+// header); the worker takes the lease over with its own TTL and a new
+// fencing token.
 func ExampleSemaphore_Resume() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
 	ctx := context.Background()
 
 	// Cron side: refresh off; the TTL covers the wait until pick-up.
-	cron, _ := limiter.NewMutex(rdb, "example:report", limiter.TTL(time.Minute), limiter.RefreshInterval(0))
+	cronClient, _ := limiter.New(rdb)
+	defer cronClient.Close(ctx)
+	cron, _ := cronClient.Mutex("example:report", limiter.TTL(time.Minute), limiter.RefreshInterval(0))
 	lease, err := cron.TryAcquire(ctx)
 	if err != nil {
 		panic(err)
 	}
 	header := lease.Ticket().String()
-	lease.StopRefresh()
 
-	// Worker side.
-	worker, _ := limiter.NewMutex(rdb, "example:report", limiter.TTL(10*time.Second))
+	// Worker side (another process).
+	workerClient, _ := limiter.New(rdb)
+	defer workerClient.Close(ctx)
+	worker, _ := workerClient.Mutex("example:report", limiter.TTL(10*time.Second))
 	ticket, err := limiter.ParseTicket(header)
 	if err != nil {
 		panic(err)
@@ -82,21 +112,23 @@ func ExampleSemaphore_Resume() {
 	if err != nil {
 		panic(err) // errors.Is(err, limiter.ErrNotHeld) when it expired before pick-up
 	}
-	fmt.Println("same lease:", adopted.Token() == lease.Token())
+	fmt.Println("newer token:", adopted.Token() > lease.Token())
 	fmt.Println("release:", adopted.Release(ctx))
 	// Output:
-	// same lease: true
+	// newer token: true
 	// release: <nil>
 }
 
-// Acquire waits (without polling) until a permit frees, AcquireTimeout
-// passes, or ctx ends.
+// Acquire waits (without polling) until a permit frees and it is its
+// turn, AcquireTimeout passes, or ctx ends.
 func ExampleSemaphore_Acquire() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
 	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
 	ctx := context.Background()
 
-	sem, _ := limiter.NewSemaphore(rdb, "example:wait", 1, limiter.AcquireTimeout(5*time.Second))
+	sem, _ := client.Semaphore("example:wait", 1, limiter.AcquireTimeout(5*time.Second))
 	first, _ := sem.Acquire(ctx)
 	go func() {
 		time.Sleep(50 * time.Millisecond)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
 )
 
 // backend is one kind of Redis deployment the core tests must pass on.
@@ -96,4 +97,61 @@ func existingKeys(t testing.TB, rdb redis.UniversalClient, prefix string) []stri
 		t.Fatal(err)
 	}
 	return found
+}
+
+var clients sync.Map // "test name/rdb pointer" -> *limiter.Client
+
+// clientFor returns the test's Client of rdb (one per rdb and test, like a
+// process), closed when the test ends.
+func clientFor(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) *limiter.Client {
+	t.Helper()
+	key := fmt.Sprintf("%s/%p", t.Name(), rdb)
+	if c, ok := clients.Load(key); ok {
+		return c.(*limiter.Client)
+	}
+	c, err := limiter.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients.Store(key, c)
+	t.Cleanup(func() {
+		clients.Delete(key)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Logf("close: %v", err)
+		}
+	})
+	return c
+}
+
+func newSemaphore(t testing.TB, rdb redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
+	return clientFor(t, rdb).Semaphore(name, limit, opts...)
+}
+
+func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Mutex, error) {
+	return clientFor(t, rdb).Mutex(name, opts...)
+}
+
+// newRedlockSemaphore makes a Redlock Client per call (NodeTimeout is the
+// Client's), closed when the test ends.
+func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
+	c, err := limiter.NewRedlock(nodes, opts...)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c.Semaphore(name, limit)
+}
+
+func newRedlockMutex(t testing.TB, nodes []redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Mutex, error) {
+	s, err := newRedlockSemaphore(t, nodes, name, 1, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &limiter.Mutex{Semaphore: s}, nil
 }

@@ -11,16 +11,18 @@ import (
 // errReleased ends a lease that its holder released.
 var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 
-// Lease is one holding of permits of a Semaphore. It is kept alive in the
-// background (see RefreshInterval) until Release, StopRefresh or loss.
+// Lease is one holding of permits of a Semaphore. Its Client keeps it
+// alive (see RefreshInterval) until Release, StopRefresh, loss or the
+// Client's Close.
 //
 // The holder keeps a local deadline: the start of the last refresh Redis
 // confirmed, plus the TTL, minus the clock drift allowance. When that
-// deadline passes unconfirmed, or a refresh finds the lease gone, the lease
-// is lost: Done closes, Context is cancelled with cause ErrLeaseLost, Err
-// returns it and the OnLost callback runs. Because the deadline starts
-// before Redis extended the lease, the holder learns of loss before anyone
-// else can be granted its permits, even while Redis is unreachable.
+// deadline passes unconfirmed, or a refresh finds the lease gone (expired,
+// released by an operator, or handed over with Resume), the lease is lost:
+// Done closes, Context is cancelled with cause ErrLeaseLost, Err returns
+// it and the OnLost callback runs. Because the deadline starts before
+// Redis extended the lease, the holder learns of loss before anyone else
+// can be granted its permits, even while Redis is unreachable.
 type Lease struct {
 	sem    *Semaphore
 	id     string
@@ -30,26 +32,33 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu          sync.Mutex
-	err         error // why the lease ended; nil while held
-	auto        bool  // kept alive by the refresher
-	deadline    time.Time
-	nextRefresh time.Time
-	watchdog    *time.Timer
+	mu   sync.Mutex
+	err  error // why the lease ended; nil while held
+	auto bool  // kept alive by the refresher
+	// handedOff: StopRefresh gave it to another process; Close leaves it.
+	handedOff bool
+	deadline  time.Time
+	watchdog  *time.Timer
 }
 
+// newLease makes the lease of a grant whose request was sent at sent, or
+// returns nil when its local deadline already passed (a reply that slow
+// is of no use: the caller gives the permits back).
 func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, sent time.Time) *Lease {
+	deadline := sent.Add(s.cfg.ttl - s.cfg.drift(s.cfg.ttl))
+	if !time.Now().Before(deadline) {
+		return nil
+	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel}
-	s.cfg.metrics.held(s.name, 1)
-	l.mu.Lock() // the watchdog may fire before newLease returns
-	l.deadline = sent.Add(l.ttl - s.cfg.drift(l.ttl))
-	l.watchdog = time.AfterFunc(time.Until(l.deadline), l.expire)
-	l.auto = s.cfg.refresh > 0
-	l.nextRefresh = sent.Add(s.cfg.refresh)
+	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
+		auto: s.cfg.refresh > 0, deadline: deadline}
+	s.c.track(l) // before the watchdog, whose end untracks it
+	l.mu.Lock()  // the watchdog may fire before newLease returns
+	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
+	s.cfg.metrics.held(s.name, 1)
 	if l.auto {
-		s.shared.refresher.add(l)
+		s.c.refresher.addLease(l, sent)
 	}
 	return l
 }
@@ -58,12 +67,12 @@ func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, s
 func (l *Lease) ID() string { return l.id }
 
 // Token is the fencing token: strictly greater than the token of every
-// earlier acquisition of this semaphore name, including after every key of
-// the name expired (tokens are never below the Redis server's time in
-// microseconds; on a Redlock semaphore, the acquiring client's time). A
-// same-id re-acquire and Resume return the lease's existing token. Pass it
-// to the resource you protect so it can refuse a holder that was
-// superseded.
+// earlier acquisition or handover of this semaphore name, including after
+// every key of the name expired (tokens are never below the Redis
+// server's time in microseconds; on a Redlock Client, the highest of the
+// quorum's). A same-id retry after a lost reply returns the lease's
+// existing token; Resume gives a new one. Pass it to the resource you
+// protect so it can refuse a holder that was superseded.
 func (l *Lease) Token() int64 {
 	t, _ := strconv.ParseInt(l.token, 10, 64)
 	return t
@@ -94,31 +103,40 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-// Refresh extends the lease by its TTL now. A lease Redis no longer has is
-// ended as lost and ErrLeaseLost returned; a Redis failure is returned
-// wrapped and leaves the lease held until its local deadline. Refresh of a
-// lease that already ended returns Err without contacting Redis.
+// Refresh extends the lease by its TTL now (never shortening it). A lease
+// Redis no longer holds is ended as lost and ErrLeaseLost returned; a
+// Redis failure is returned wrapped and leaves the lease held until its
+// local deadline. Refresh of a lease that already ended returns Err
+// without contacting Redis.
 func (l *Lease) Refresh(ctx context.Context) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
 	sent := time.Now()
-	rep := l.sem.st.refresh(ctx, []refreshRequest{l.refreshRequest()})[0]
-	l.refreshed(sent, rep)
-	if rep.err != nil {
-		return redisError("refresh", l.sem.name, rep.err)
+	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{{id: l.id, token: l.token, ttl: l.ttl}}}})[0]
+	if res.err != nil {
+		l.refreshFailed()
+		return redisError("refresh", l.sem.name, res.err)
 	}
+	l.refreshed(sent, len(res.held) == 1 && res.held[0])
 	return l.Err()
 }
 
-// Release gives the permits back and wakes waiters. The lease ends locally
-// first, whatever Redis answers: if Redis cannot be reached the error is
-// returned and the permits come back when the TTL runs out (call Release
-// again to retry). A lease Redis no longer holds gives ErrNotHeld; another
-// holder's lease is never touched.
+// Release gives the permits back and wakes the waiters that now fit. The
+// lease ends locally first, whatever Redis answers. The call to Redis is
+// detached from ctx's cancellation and bounded by ReleaseTimeout, so a
+// caller whose ctx already ended still gives the permits back. If Redis
+// cannot be reached the error is returned and the permits come back when
+// the TTL runs out (call Release again to retry). A lease Redis no longer
+// holds gives ErrNotHeld; another holder's lease is never touched.
 func (l *Lease) Release(ctx context.Context) error {
+	// Until Redis has removed it, no attempt of this Client may reclaim
+	// the lease as its own.
+	defer l.sem.c.releasing(l)()
 	l.end(errReleased, false)
-	n, err := l.sem.release(ctx, l.id, l.token)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sem.cfg.releaseTimeout)
+	defer cancel()
+	n, err := within(ctx, l.sem.c.spawn, func() (int64, error) { return l.sem.release(ctx, l.id, l.token) })
 	if err != nil {
 		return redisError("release", l.sem.name, err)
 	}
@@ -130,23 +148,21 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // StopRefresh stops keeping the lease alive from this process, typically
 // after its Ticket was handed to another process. The lease stays in Redis
-// until its TTL runs out or someone releases it; locally it then ends with
-// ErrLeaseLost, without OnLost (that end is expected).
+// until its TTL runs out or someone releases it or takes it over (Client.Close
+// leaves it there too); locally it then ends with ErrLeaseLost, without
+// OnLost (that end is expected).
 func (l *Lease) StopRefresh() {
 	l.mu.Lock()
 	l.auto = false
+	l.handedOff = true
 	l.mu.Unlock()
-	l.sem.shared.refresher.remove(l)
+	l.sem.c.refresher.remove(l)
 }
 
-func (l *Lease) refreshRequest() refreshRequest {
-	return refreshRequest{keys: l.sem.keys, id: l.id, token: l.token, ttl: l.ttl}
-}
-
-func (l *Lease) refreshDue() (at time.Time, slack time.Duration) {
+func (l *Lease) isHandedOff() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.nextRefresh, l.sem.cfg.refresh / 5
+	return l.handedOff
 }
 
 func (l *Lease) localDeadline() time.Time {
@@ -155,27 +171,21 @@ func (l *Lease) localDeadline() time.Time {
 	return l.deadline
 }
 
+func (l *Lease) refreshFailed() { l.sem.cfg.metrics.refreshFailed(l.sem.name) }
+
 // refreshed applies the answer to a refresh sent at sent.
-func (l *Lease) refreshed(sent time.Time, rep refreshReply) {
-	switch {
-	case rep.err != nil:
-		l.sem.cfg.metrics.refreshFailed(l.sem.name)
-		l.mu.Lock()
-		// Retry soon: the local deadline, not this failure, decides loss.
-		l.nextRefresh = time.Now().Add(max(l.sem.cfg.refresh/4, 10*time.Millisecond))
-		l.mu.Unlock()
-	case !rep.held:
+func (l *Lease) refreshed(sent time.Time, held bool) {
+	if !held {
 		l.end(fmt.Errorf("%w: %q lease %s is gone from Redis", ErrLeaseLost, l.sem.name, l.id), true)
-	default:
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.err != nil {
-			return
-		}
-		l.deadline = sent.Add(l.ttl - l.sem.cfg.drift(l.ttl))
-		l.nextRefresh = sent.Add(l.sem.cfg.refresh)
-		l.watchdog.Reset(time.Until(l.deadline))
+		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.deadline = maxTime(l.deadline, sent.Add(l.ttl-l.sem.cfg.drift(l.ttl)))
+	l.watchdog.Reset(time.Until(l.deadline))
 }
 
 // expire runs when the local deadline passes.
@@ -206,7 +216,8 @@ func (l *Lease) end(err error, lost bool) {
 	l.mu.Unlock()
 
 	s := l.sem
-	s.shared.refresher.remove(l)
+	s.c.refresher.remove(l)
+	s.c.untrack(l)
 	l.cancel(err)
 	s.cfg.metrics.held(s.name, -1)
 	if !lost {
@@ -215,6 +226,6 @@ func (l *Lease) end(err error, lost bool) {
 	s.cfg.metrics.lost(s.name)
 	s.cfg.logger.Warn("redsem: lease lost", "name", s.name, "id", l.id, "err", err)
 	if s.cfg.onLost != nil {
-		go s.cfg.onLost(l, err)
+		s.c.spawn(func() { s.cfg.onLost(l, err) })
 	}
 }

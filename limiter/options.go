@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Option configures a Semaphore or Mutex. Invalid values make the
-// constructor return an *ArgumentError naming the option.
+// Option configures a Client (for every semaphore made from it) or one
+// Semaphore or Mutex. Invalid values make the constructor return an
+// *ArgumentError naming the option.
 type Option func(*config)
 
 type config struct {
@@ -21,6 +22,7 @@ type config struct {
 	logger         *slog.Logger
 	clockDrift     float64
 	nodeTimeout    time.Duration
+	releaseTimeout time.Duration
 }
 
 // Defaults of the TTL, AcquireTimeout and Prefix options.
@@ -36,7 +38,18 @@ func defaultConfig() config {
 		acquireTimeout: DefaultAcquireTimeout,
 		prefix:         DefaultPrefix,
 		clockDrift:     0.01,
+		releaseTimeout: releaseTimeoutDefault,
 	}
+}
+
+// with returns a copy of c with opts applied, validated.
+func (c config) with(opts []Option) (config, error) {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c, c.validate()
 }
 
 // TTL sets how long a lease lives in Redis without a refresh (default 10s).
@@ -61,7 +74,7 @@ func AttemptsLimit(n int) Option { return func(c *config) { c.attempts = n } }
 
 // Prefix sets the key prefix (default "redsem:"). It must not contain '{'
 // or '}', which would break the hash tag that keeps a semaphore in one
-// Cluster slot.
+// Cluster slot. Given to New, it also prefixes the Client's wake channel.
 func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // OnLost registers a callback run (in its own goroutine) when a lease is
@@ -84,11 +97,18 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 // of loss before anyone else can take the permit.
 func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } }
 
-// NodeTimeout bounds each node's answer on a Redlock semaphore (default
+// NodeTimeout bounds each node's answer on a Redlock Client (default
 // TTL/10, at most 500ms): a slow or paused node is counted as failed
-// rather than holding up the quorum. It must be less than the TTL.
+// rather than holding up the quorum. It must be less than the TTL. Only
+// the value given to NewRedlock counts.
 func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
+// ReleaseTimeout bounds each release (default 1s): Release, the release
+// at the end of Do and Run, and each lease's release in Client.Close. The
+// release is detached from the caller's context, so a cancelled caller
+// still gives its permits back; one that cannot finish in time lets the
+// lease lapse at its TTL.
+func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
@@ -100,7 +120,7 @@ func (c *config) validate() error {
 		return argError("TTL", c.ttl, "must be >= 5ms (Redis counts in milliseconds, and a holder allows for clock drift)")
 	}
 	if !c.refreshSet {
-		c.refresh = c.ttl / 3
+		c.refresh = c.ttl / 3 // derived again for each TTL a semaphore sets
 	}
 	if c.refresh < 0 || c.refresh >= c.ttl-c.drift(c.ttl) {
 		return argError("RefreshInterval", c.refresh, "must be >= 0 and below the TTL less the drift allowance ("+(c.ttl-c.drift(c.ttl)).String()+")")
@@ -116,16 +136,24 @@ func (c *config) validate() error {
 			return argError("Prefix", c.prefix, "must not contain '{' or '}'")
 		}
 	}
-	if c.nodeTimeout == 0 {
-		c.nodeTimeout = min(c.ttl/10, 500*time.Millisecond)
-	}
 	if c.nodeTimeout < 0 || c.nodeTimeout >= c.ttl {
 		return argError("NodeTimeout", c.nodeTimeout, "must be > 0 and < TTL "+c.ttl.String())
+	}
+	if c.releaseTimeout <= 0 {
+		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
 	return nil
+}
+
+// nodeWait is NodeTimeout or its default.
+func (c *config) nodeWait() time.Duration {
+	if c.nodeTimeout > 0 {
+		return c.nodeTimeout
+	}
+	return min(c.ttl/10, 500*time.Millisecond)
 }
 
 // drift is how much earlier than Redis a holder considers its lease over.
@@ -139,7 +167,11 @@ type AcquireOption func(*acquireRequest)
 // Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
 func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight = n } }
 
-// ID sets the lease id (default: 128 random bits). Acquiring with an id
-// that already holds a lease returns that lease, refreshed, and takes no
-// further permit: an asynq task retried after a crash keeps one permit.
+// ID sets the lease id (default: 128 random bits). An id names one holder
+// at a time: acquiring with an id that a live lease of another holder has
+// (another process, or another Lease of this Client) waits its turn like
+// any request. Only a retry after a lost reply (same Client, no live Lease
+// of that id) gets the lease back, refreshed, taking no further permit.
+// Asking with another weight than the lease of that id holds gives an
+// *ArgumentError for "Weight".
 func ID(id string) AcquireOption { return func(r *acquireRequest) { r.id, r.idGiven = id, true } }

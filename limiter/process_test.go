@@ -69,18 +69,24 @@ func runChild() int {
 	rounds, _ := strconv.Atoi(os.Getenv("REDSEM_ROUNDS"))
 	obs, violations := "obs:{"+name+"}", "violations:{"+name+"}"
 	opts := []limiter.Option{limiter.TTL(5 * time.Second), limiter.AcquireTimeout(time.Minute)}
-	var sem *limiter.Semaphore
+	var client *limiter.Client
 	var err error
 	if os.Getenv("REDSEM_TEST_REDLOCK") != "" {
-		sem, err = limiter.NewRedlockSemaphore(childNodes(), name, limit, opts...)
+		client, err = limiter.NewRedlock(childNodes(), opts...)
 	} else {
-		sem, err = limiter.NewSemaphore(rdb, name, limit, opts...)
+		client, err = limiter.New(rdb, opts...)
 	}
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
 	ctx := context.Background()
+	defer client.Close(ctx)
+	sem, err := client.Semaphore(name, limit)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
 	var (
 		mu       sync.Mutex
 		acquired int
@@ -94,6 +100,10 @@ func runChild() int {
 			defer wg.Done()
 			for range rounds {
 				w := 1 + rand.Int64N(maxWeight)
+				opts := []limiter.AcquireOption{limiter.Weight(w)}
+				if id := os.Getenv("REDSEM_ID"); id != "" {
+					opts = append(opts, limiter.ID(id)) // one id, one holder
+				}
 				err := sem.Do(ctx, func(ctx context.Context) error {
 					now, err := rdb.IncrBy(ctx, obs, w).Result()
 					if err != nil {
@@ -108,7 +118,7 @@ func runChild() int {
 					mu.Unlock()
 					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
 					return rdb.DecrBy(ctx, obs, w).Err()
-				}, limiter.Weight(w))
+				}, opts...)
 				if err != nil {
 					mu.Lock()
 					failed = err
@@ -129,12 +139,15 @@ func runChild() int {
 
 func TestLimitHoldsAcrossProcesses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1) })
-		t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5) })
+		t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "") })
+		t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "") })
+		// Every worker of every process asks with one lease id: they must
+		// take turns, never share the lease.
+		t.Run("oneIDlimit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "task-1") })
 	})
 }
 
-func runProcesses(t *testing.T, b backend, limit, maxWeight int64) {
+func runProcesses(t *testing.T, b backend, limit, maxWeight int64, id string) {
 	const procs, rounds = 3, 40
 	name := uniqueName(b, "procs")
 	var wg sync.WaitGroup
@@ -145,7 +158,7 @@ func runProcesses(t *testing.T, b backend, limit, maxWeight int64) {
 		cmd.Env = append(os.Environ(), b.env...)
 		cmd.Env = append(cmd.Env, "REDSEM_CHILD=1", "REDSEM_NAME="+name,
 			fmt.Sprintf("REDSEM_LIMIT=%d", limit), fmt.Sprintf("REDSEM_MAX_WEIGHT=%d", maxWeight),
-			fmt.Sprintf("REDSEM_ROUNDS=%d", rounds))
+			fmt.Sprintf("REDSEM_ROUNDS=%d", rounds), "REDSEM_ID="+id)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -182,7 +195,11 @@ func runProcesses(t *testing.T, b backend, limit, maxWeight int64) {
 	if total != procs*8*rounds {
 		t.Fatalf("%d acquisitions, want %d", total, procs*8*rounds)
 	}
-	if peak < 2 {
+	if id != "" {
+		if peak != 1 {
+			t.Fatalf("one lease id had %d holders at once\n%s", peak, strings.Join(outs, "\n"))
+		}
+	} else if peak < 2 {
 		t.Fatalf("peak %d: the workers never overlapped, the test proves nothing", peak)
 	}
 	t.Logf("%d acquisitions by %d processes, observed peak %d of %d", total, procs, peak, limit)
@@ -196,7 +213,7 @@ func TestLossWhileRedisPaused(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := ctxT(t, 20*time.Second)
 	const ttl = time.Second
-	sem, err := limiter.NewMutex(rdb, "paused", limiter.TTL(ttl), limiter.RefreshInterval(100*time.Millisecond))
+	sem, err := newMutex(t, rdb, "paused", limiter.TTL(ttl), limiter.RefreshInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

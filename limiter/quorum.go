@@ -2,7 +2,9 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,12 +15,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// NewRedlockSemaphore returns a semaphore kept on N independent Redis
-// nodes (no replication between them): a lease is held while a quorum of
-// the nodes hold it, and each node admits at most limit permits. Every
-// method behaves as on a single node; see QuorumError for what a failed
-// quorum reports. Nodes must be distinct and non-nil. Nothing is sent to
-// Redis.
+// NewRedlock returns a Client whose semaphores are kept on N independent
+// Redis nodes (no replication between them): a lease is held while a
+// quorum of the nodes hold it, and each node admits at most limit permits.
+// Every method behaves as on a single node, except that waiters are not
+// served in arrival order (an order per node could deadlock waiters that
+// each head one node): they are woken by releases and retry, after a short
+// random pause when two of them split the nodes. See QuorumError for what
+// a failed quorum reports. Nodes must be distinct and non-nil. Nothing is
+// sent to Redis.
 //
 // The quorum is ⌊N·limit/(limit+1)⌋+1 nodes: a majority for a mutex (as in
 // Redlock), more for larger limits. A majority is not enough for a limit
@@ -30,14 +35,16 @@ import (
 //
 // A node that restarts empty must stay out for at least the longest TTL
 // (or keep its data), else a lease held by a bare quorum can lose it.
-func NewRedlockSemaphore(nodes []redis.UniversalClient, name string, limit int64, opts ...Option) (*Semaphore, error) {
+func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	addrs, err := checkNodes(nodes)
 	if err != nil {
 		return nil, err
 	}
-	return newSemaphore(name, limit, opts, func(cfg *config) store {
-		return newQuorumStore(nodes, addrs, quorumSize(len(nodes), limit), cfg)
+	var c *Client
+	c, err = newClient(opts, func(cfg *config) store {
+		return newQuorumStore(nodes, addrs, cfg, func(fn func()) { c.spawn(fn) })
 	})
+	return c, err
 }
 
 // quorumSize is the fewest nodes a lease must be on so that no limit+1
@@ -45,15 +52,6 @@ func NewRedlockSemaphore(nodes []redis.UniversalClient, name string, limit int64
 // (limit+1)·q > N·limit node slots, more than the nodes admit.
 func quorumSize(nodes int, limit int64) int {
 	return int(int64(nodes)*limit/(limit+1)) + 1
-}
-
-// NewRedlockMutex is NewRedlockSemaphore with one permit.
-func NewRedlockMutex(nodes []redis.UniversalClient, name string, opts ...Option) (*Mutex, error) {
-	s, err := NewRedlockSemaphore(nodes, name, 1, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Mutex{s}, nil
 }
 
 func checkNodes(nodes []redis.UniversalClient) ([]string, error) {
@@ -90,29 +88,21 @@ func nodeAddr(n redis.UniversalClient) string {
 type quorumStore struct {
 	nodes       []*redisStore
 	addrs       []string
-	quorum      int
 	nodeTimeout time.Duration
 	cfg         *config
-	ident       string
+	spawn       func(func())
 	lastToken   atomic.Int64 // highest token seen, so proposals only grow
 }
 
-func newQuorumStore(nodes []redis.UniversalClient, addrs []string, quorum int, cfg *config) *quorumStore {
-	q := &quorumStore{addrs: addrs, quorum: quorum, nodeTimeout: cfg.nodeTimeout, cfg: cfg}
-	var id strings.Builder
-	id.WriteString("quorum")
+func newQuorumStore(nodes []redis.UniversalClient, addrs []string, cfg *config, spawn func(func())) *quorumStore {
+	q := &quorumStore{addrs: addrs, nodeTimeout: cfg.nodeWait(), cfg: cfg, spawn: spawn}
 	for _, n := range nodes {
-		q.nodes = append(q.nodes, newRedisStore(n))
-		fmt.Fprintf(&id, ":%p", n)
+		q.nodes = append(q.nodes, &redisStore{rdb: n})
 	}
-	// The refresher shared under this identity runs this store's quorum
-	// rules, so stores that count differently must not share it.
-	fmt.Fprintf(&id, ";q=%d;t=%v", quorum, cfg.nodeTimeout)
-	q.ident = id.String()
 	return q
 }
 
-func (q *quorumStore) identity() any { return q.ident }
+func (q *quorumStore) quorum(k keyspace) int { return quorumSize(len(q.nodes), k.limit) }
 
 // nodeAnswer is one node's answer to a quorum call.
 type nodeAnswer[T any] struct {
@@ -137,21 +127,21 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 	}
 	answers := make(chan nodeAnswer[T], len(nodes))
 	for _, i := range nodes {
-		go func() {
+		q.spawn(func() {
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.nodeTimeout)
 			defer cancel()
-			v, err := within(nctx, func() (T, error) { return ask(nctx, i, q.nodes[i]) })
+			v, err := within(nctx, q.spawn, func() (T, error) { return ask(nctx, i, q.nodes[i]) })
 			answers <- nodeAnswer[T]{i: i, v: v, err: err}
-		}()
+		})
 	}
 	rest := len(nodes)
 	defer func() {
 		if rest > 0 && late != nil {
-			go func() {
+			q.spawn(func() {
 				for range rest {
 					late(<-answers)
 				}
-			}()
+			})
 		}
 	}()
 	for rest > 0 {
@@ -169,6 +159,7 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 
 func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
 	start := time.Now()
+	quorum := q.quorum(k)
 	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
 	n := len(q.nodes)
 	replies := make([]acquireReply, n)
@@ -191,7 +182,7 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		// quorum would let a slow node's grant land after the lease was
 		// released, holding a permit there until the TTL. With failures,
 		// every node is heard so the error names them.
-		return len(busy) > n-q.quorum
+		return len(busy) > n-quorum
 	}, func(a nodeAnswer[acquireReply]) {
 		// A grant after an early "full" is given back, by its own token
 		// so that no later attempt with the same id is touched.
@@ -199,12 +190,26 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 			q.releaseOn(k, r.id, map[int]string{a.i: a.v.token})
 		}
 	})
+	for _, i := range busy {
+		if replies[i].heldWeight > 0 {
+			return replies[i], nil
+		}
+	}
 	validity := r.ttl - time.Since(start) - q.cfg.drift(r.ttl)
-	if len(granted) >= q.quorum && validity > 0 {
+	if len(granted) >= quorum && validity > 0 {
 		token, differ := quorumToken(replies, granted)
 		tok := strconv.FormatInt(token, 10)
-		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= q.quorum {
+		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= quorum {
 			q.raiseToken(token)
+			if r.wait != "" && len(busy) > 0 {
+				// The nodes that were full queued the waiter; a queue entry
+				// left there would take up the room of real waiters.
+				q.spawn(func() {
+					gather(context.Background(), q, busy, func(ctx context.Context, _ int, n *redisStore) ([]string, error) {
+						return n.leave(ctx, k, r.wait, r.channel)
+					}, func(nodeAnswer[[]string]) bool { return false }, nil)
+				})
+			}
 			rep := acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight, free: replies[granted[0]].free}
 			for _, i := range granted {
 				rep.free = min(rep.free, replies[i].free)
@@ -230,19 +235,26 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	if ctx.Err() != nil {
 		return acquireReply{}, context.Cause(ctx)
 	}
-	if len(failed) <= n-q.quorum {
+	if len(failed) <= n-quorum {
 		// Failures alone do not rule out a quorum: the semaphore is full
-		// (or we were too slow for the TTL); wait as on a single node.
-		rep := acquireReply{}
+		// (or we were too slow for the TTL); wait as on a single node,
+		// on a timer too, since nodes do not queue in order.
+		rep := acquireReply{head: true}
 		for i, b := range busy {
 			if i == 0 || replies[b].retryIn < rep.retryIn {
 				rep.retryIn = replies[b].retryIn
 			}
 			rep.inUse = max(rep.inUse, replies[b].inUse)
 		}
+		if len(granted) > 0 {
+			// Contenders split the nodes and each gave its part back,
+			// silently: try again after a short random pause, so that
+			// one of them wins next time.
+			rep.retryIn = min(rep.retryIn, q.nodeTimeout/2+rand.N(q.nodeTimeout+time.Millisecond))
+		}
 		return rep, nil
 	}
-	return acquireReply{}, q.quorumError("acquire", len(granted), busy, errs)
+	return acquireReply{}, q.quorumError(quorum, "acquire", len(granted), busy, errs)
 }
 
 // quorumToken picks the lease's token: that of a lease the id already held
@@ -295,8 +307,10 @@ func (q *quorumStore) raiseToken(t int64) {
 }
 
 // releaseOn removes this process's own attempt from the nodes given as
-// node -> token ("" = any). It waits for the nodes that answer and leaves
-// the silent ones to finish in the background.
+// node -> token ("" = any), waking nobody: a failed attempt freed nothing
+// anyone waited for, and a wake-up would make waiters retry in a loop. It
+// waits for the nodes that answer and leaves the silent ones to finish in
+// the background.
 func (q *quorumStore) releaseOn(k keyspace, id string, tokens map[int]string) {
 	if len(tokens) == 0 {
 		return
@@ -306,9 +320,9 @@ func (q *quorumStore) releaseOn(k keyspace, id string, tokens map[int]string) {
 		nodes = append(nodes, i)
 	}
 	pending := len(nodes)
-	gather(context.Background(), q, nodes, func(ctx context.Context, i int, n *redisStore) (int64, error) {
-		return n.release(ctx, k, id, tokens[i], "")
-	}, func(a nodeAnswer[int64]) bool {
+	gather(context.Background(), q, nodes, func(ctx context.Context, i int, n *redisStore) (releaseReply, error) {
+		return n.release(ctx, k, releaseRequest{id: id, token: tokens[i]})
+	}, func(a nodeAnswer[releaseReply]) bool {
 		if a.err == nil {
 			pending--
 		}
@@ -316,48 +330,71 @@ func (q *quorumStore) releaseOn(k keyspace, id string, tokens map[int]string) {
 	}, nil)
 }
 
-func (q *quorumStore) refresh(ctx context.Context, reqs []refreshRequest) []refreshReply {
+func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []refreshResult {
 	n := len(q.nodes)
-	out := make([]refreshReply, len(reqs))
-	held := make([]int, len(reqs))
-	gone := make([]int, len(reqs))
-	nodeErrs := make([][]error, len(reqs))
-	for j := range nodeErrs {
-		nodeErrs[j] = make([]error, n)
+	out := make([]refreshResult, len(batches))
+	type tally struct {
+		held, gone []int
+		errs       [][]error
+		waits      []int64
 	}
-	decided := func(j int) bool { return held[j] >= q.quorum || gone[j] > n-q.quorum }
-	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) ([]refreshReply, error) {
-		return node.refresh(ctx, reqs), nil
-	}, func(a nodeAnswer[[]refreshReply]) bool {
-		all := true
-		for j := range reqs {
-			if decided(j) {
-				continue
-			}
-			switch {
-			case a.err != nil:
-				nodeErrs[j][a.i] = a.err
-			case a.v[j].err != nil:
-				nodeErrs[j][a.i] = a.v[j].err
-			case a.v[j].held:
-				if held[j] == 0 {
-					out[j] = a.v[j]
-				}
-				held[j]++
-			default:
-				gone[j]++
-			}
-			all = all && decided(j)
+	tallies := make([]tally, len(batches))
+	for b, batch := range batches {
+		t := &tallies[b]
+		t.held, t.gone = make([]int, len(batch.leases)), make([]int, len(batch.leases))
+		t.errs = make([][]error, len(batch.leases))
+		for j := range t.errs {
+			t.errs[j] = make([]error, n)
 		}
-		return all
+		t.waits = make([]int64, len(batch.waits))
+	}
+	answered := 0
+	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) ([]refreshResult, error) {
+		return node.refresh(ctx, batches), nil
+	}, func(a nodeAnswer[[]refreshResult]) bool {
+		for b := range batches {
+			t := &tallies[b]
+			var res refreshResult
+			if a.err != nil {
+				res.err = a.err
+			} else {
+				res = a.v[b]
+			}
+			for j := range batches[b].leases {
+				switch {
+				case res.err != nil:
+					t.errs[j][a.i] = res.err
+				case j < len(res.held) && res.held[j]:
+					t.held[j]++
+				default:
+					t.gone[j]++
+				}
+			}
+			for j := range batches[b].waits {
+				if res.err == nil && j < len(res.waits) {
+					t.waits[j] = max(t.waits[j], res.waits[j])
+				}
+			}
+		}
+		answered++
+		return answered == n
 	}, nil)
-	for j := range reqs {
-		switch {
-		case held[j] >= q.quorum:
-		case gone[j] > n-q.quorum:
-			out[j] = refreshReply{} // a quorum can no longer hold it
-		default:
-			out[j] = refreshReply{err: q.quorumError("refresh", held[j], nil, nodeErrs[j])}
+	for b, batch := range batches {
+		t := &tallies[b]
+		quorum := q.quorum(batch.keys)
+		out[b].waits = t.waits
+		for j := range batch.leases {
+			switch {
+			case t.held[j] >= quorum:
+				out[b].held = append(out[b].held, true)
+			case t.gone[j] > n-quorum:
+				out[b].held = append(out[b].held, false) // a quorum can no longer hold it
+			default:
+				out[b].err = q.quorumError(quorum, "refresh", t.held[j], nil, t.errs[j])
+			}
+		}
+		if out[b].err != nil {
+			out[b].held = nil
 		}
 	}
 	return out
@@ -365,29 +402,95 @@ func (q *quorumStore) refresh(ctx context.Context, reqs []refreshRequest) []refr
 
 // release returns once a quorum answered; the other nodes finish (or let
 // the lease expire) in the background.
-func (q *quorumStore) release(ctx context.Context, k keyspace, id, token, origin string) (int64, error) {
+func (q *quorumStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
+	quorum := q.quorum(k)
 	errs := make([]error, len(q.nodes))
-	var most int64
+	var rep releaseReply
 	answered, failed := 0, 0
-	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
-		return n.release(ctx, k, id, token, origin)
-	}, func(a nodeAnswer[int64]) bool {
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (releaseReply, error) {
+		return n.release(ctx, k, r)
+	}, func(a nodeAnswer[releaseReply]) bool {
 		errs[a.i] = a.err
 		if a.err != nil {
 			failed++
 		} else {
 			answered++
-			most = max(most, a.v)
+			rep.freed = max(rep.freed, a.v.freed)
+			rep.woken = union(rep.woken, a.v.woken)
 		}
-		return answered >= q.quorum || failed > len(q.nodes)-q.quorum
+		return answered >= quorum || failed > len(q.nodes)-quorum
 	}, nil)
-	if most > 0 || answered >= q.quorum {
-		return most, nil
+	if rep.freed > 0 || answered >= quorum {
+		return rep, nil
 	}
-	return 0, q.quorumError("release", answered, nil, errs)
+	return rep, q.quorumError(quorum, "release", answered, nil, errs)
+}
+
+func union(a, b []string) []string {
+	for _, s := range b {
+		if !slices.Contains(a, s) {
+			a = append(a, s)
+		}
+	}
+	return a
+}
+
+// resume hands the lease over on every node that holds it with the
+// ticket's token; it needs a quorum, and the quorum's token is the highest
+// granted, written back where it differs.
+func (q *quorumStore) resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error) {
+	quorum := q.quorum(k)
+	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
+	replies := make([]acquireReply, len(q.nodes))
+	errs := make([]error, len(q.nodes))
+	var granted []int
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (acquireReply, error) {
+		return n.resume(ctx, k, r)
+	}, func(a nodeAnswer[acquireReply]) bool {
+		replies[a.i], errs[a.i] = a.v, a.err
+		if a.err == nil && a.v.granted {
+			granted = append(granted, a.i)
+		}
+		return false
+	}, nil)
+	if len(granted) < quorum {
+		failed := 0
+		for _, err := range errs {
+			if err != nil {
+				failed++
+			}
+		}
+		if len(granted)+failed >= quorum {
+			return acquireReply{}, q.quorumError(quorum, "resume", len(granted), nil, errs)
+		}
+		return acquireReply{}, nil // not held
+	}
+	token, differ := quorumToken(replies, granted)
+	tok := strconv.FormatInt(token, 10)
+	if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) < quorum {
+		return acquireReply{}, q.quorumError(quorum, "resume", len(granted)-len(differ), nil, errs)
+	}
+	q.raiseToken(token)
+	return acquireReply{granted: true, token: tok, weight: replies[granted[0]].weight}, nil
+}
+
+func (q *quorumStore) leave(ctx context.Context, k keyspace, wait, own string) ([]string, error) {
+	var woken []string
+	var errs []error
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) ([]string, error) {
+		return n.leave(ctx, k, wait, own)
+	}, func(a nodeAnswer[[]string]) bool {
+		woken = union(woken, a.v)
+		if a.err != nil {
+			errs = append(errs, a.err)
+		}
+		return false
+	}, nil)
+	return woken, errors.Join(errs...)
 }
 
 func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error) {
+	quorum := q.quorum(k)
 	per := make([][]Holder, len(q.nodes))
 	errs := make([]error, len(q.nodes))
 	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) ([]Holder, error) {
@@ -411,12 +514,12 @@ func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error)
 			}
 		}
 	}
-	if answered < q.quorum {
-		return nil, q.quorumError("holders", answered, nil, errs)
+	if answered < quorum {
+		return nil, q.quorumError(quorum, "holders", answered, nil, errs)
 	}
 	var out []Holder
 	for id, n := range seen {
-		if n >= q.quorum {
+		if n >= quorum {
 			out = append(out, first[id])
 		}
 	}
@@ -424,71 +527,31 @@ func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error)
 	return out, nil
 }
 
-// subscribe listens on every node it can reach; a release is published by
-// each node that held the lease, and the hub's wake-ups coalesce.
-func (q *quorumStore) subscribe(ctx context.Context, channel string) (subscription, error) {
-	var (
-		mu   sync.Mutex
-		subs = make([]subscription, len(q.nodes))
-		done bool // after it, late subscriptions close themselves
-	)
-	errs := make([]error, len(q.nodes))
-	gather(ctx, q, nil, func(ctx context.Context, i int, n *redisStore) (struct{}, error) {
-		s, err := n.subscribe(ctx, channel)
-		if err != nil {
-			return struct{}{}, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if done {
-			s.close()
-		} else {
-			subs[i] = s
-		}
-		return struct{}{}, nil
-	}, func(a nodeAnswer[struct{}]) bool {
-		errs[a.i] = a.err
-		return false
-	}, nil)
-	mu.Lock()
-	done = true
-	mu.Unlock()
-	m := &mergedSub{ch: make(chan *redis.Message, 16)}
+// listen subscribes on every node (one connection each): every node that
+// held a lease wakes its waiters, and a waiter's channel of wake-ups
+// collapses the repeats. The subscription counts as up while any node's
+// is.
+func (q *quorumStore) listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
+	var mu sync.Mutex
+	up := make([]bool, len(q.nodes))
 	var wg sync.WaitGroup
-	for i, s := range subs {
-		if s == nil {
-			continue
-		}
-		if errs[i] != nil { // confirmed just after its node timeout
-			s.close()
-			continue
-		}
-		m.subs = append(m.subs, s)
+	for i, n := range q.nodes {
 		wg.Add(1)
-		go func() {
+		q.spawn(func() {
 			defer wg.Done()
-			for msg := range s.messages() {
-				m.ch <- msg
-			}
-		}()
+			n.listen(ctx, channel, deliver, func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				up[i] = err == nil
+				if slices.Contains(up, true) {
+					subscribed(nil)
+				} else {
+					subscribed(fmt.Errorf("limiter: no node to wait on: %s: %w", q.addrs[i], err))
+				}
+			})
+		})
 	}
-	if len(m.subs) == 0 {
-		return nil, q.quorumError("subscribe", 0, nil, errs)
-	}
-	go func() { wg.Wait(); close(m.ch) }()
-	return m, nil
-}
-
-type mergedSub struct {
-	subs []subscription
-	ch   chan *redis.Message
-}
-
-func (m *mergedSub) messages() <-chan *redis.Message { return m.ch }
-func (m *mergedSub) close() {
-	for _, s := range m.subs {
-		s.close()
-	}
+	wg.Wait()
 }
 
 // QuorumError reports an operation on a Redlock semaphore that did not
@@ -510,8 +573,8 @@ type NodeError struct {
 	Err  error
 }
 
-func (q *quorumStore) quorumError(op string, ok int, busy []int, errs []error) error {
-	e := &QuorumError{Op: op, Quorum: q.quorum, Nodes: len(q.nodes), OK: ok}
+func (q *quorumStore) quorumError(quorum int, op string, ok int, busy []int, errs []error) error {
+	e := &QuorumError{Op: op, Quorum: quorum, Nodes: len(q.nodes), OK: ok}
 	for _, i := range busy {
 		e.Busy = append(e.Busy, q.addrs[i])
 	}

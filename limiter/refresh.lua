@@ -1,21 +1,80 @@
--- ARGV: id, token ('' = any), ttl_ms
--- Extends a lease that is still held; never re-creates an expired one.
--- Returns {weight, token} or 0 when the lease is gone.
-local id, want, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local st = redis.call('HMGET', KEYS[2], ':' .. id, 'keyexp')
-if not st[1] then return 0 end
-local w, tok = parse(st[1])
-if want ~= '' and tok ~= want then return 0 end
+-- ARGV: lease count n, then n × (id, token, ttl_ms), then for the queue:
+--       waiter ttl_ms, then wait ids.
+-- Keeps alive, in one call, every lease and queued waiter of one
+-- semaphore that one Client holds: never shortens an expiry and never
+-- re-creates what is gone (by token: a lease handed over is gone for the
+-- previous holder).
+-- Returns one number per lease (1 held, 0 gone) then one per waiter
+-- (0 gone, 1 queued, 2 queued and its permits are free: it should try
+-- now, which covers a lost wake-up).
+local n = tonumber(ARGV[1])
 local now_ms = math.floor(now_us() / 1000)
-local score = redis.call('ZSCORE', KEYS[1], id)
-if not score or tonumber(score) <= now_ms then return 0 end
--- Exactly now + ttl, even if shorter: on a handoff the adopter's TTL
--- governs, so a crashed worker frees the lock after its own TTL.
-local exp = now_ms + ttl
-redis.call('ZADD', KEYS[1], fmt(exp), id)
-local at = next_keyexp(exp, ttl, tonumber(st[2]) or 0)
+local out = {}
+local st = redis.call('HMGET', KEYS[2], 'keyexp', 'total', 'limit')
+local keyexp = tonumber(st[1]) or 0
+local newest = 0
+local maxttl = 0
+if n > 0 then
+  local ids, fields = {}, {}
+  for i = 1, n do
+    ids[i] = ARGV[3 * i - 1]
+    fields[i] = ':' .. ids[i]
+  end
+  local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  local zadd = {}
+  for i = 1, n do
+    out[i] = 0
+    if vals[i] and scores[i] and tonumber(scores[i]) > now_ms then
+      local _, tok = parse(vals[i])
+      if tok == ARGV[3 * i] then
+        local ttl = tonumber(ARGV[3 * i + 1])
+        local exp = math.max(now_ms + ttl, tonumber(scores[i]))
+        zadd[#zadd + 1] = fmt(exp)
+        zadd[#zadd + 1] = ids[i]
+        newest = math.max(newest, exp)
+        maxttl = math.max(maxttl, ttl)
+        out[i] = 1
+      end
+    end
+  end
+  if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
+end
+local base = 3 * n + 2
+if #ARGV >= base + 1 then
+  local wttl = tonumber(ARGV[base])
+  local waits, fields = {}, {}
+  for i = base + 1, #ARGV do
+    waits[#waits + 1] = ARGV[i]
+    fields[#fields + 1] = '?' .. ARGV[i]
+  end
+  local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+  local set = {}
+  local free = (tonumber(st[3]) or 0) - (tonumber(st[2]) or 0)
+  local ahead = nil
+  for i = 1, #waits do
+    local r = 0
+    if vals[i] then
+      local w, exp, channel = parse_waiter(vals[i])
+      if exp > now_ms then
+        set[#set + 1] = fields[i]
+        set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. channel
+        r = 1
+        if free >= w then
+          ahead = queued_ahead(now_ms, waits[i])
+          if ahead and ahead + w <= free then r = 2 end
+        end
+      end
+    end
+    out[#out + 1] = r
+  end
+  if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
+  newest = math.max(newest, now_ms + wttl)
+  maxttl = math.max(maxttl, wttl)
+end
+local at = next_keyexp(newest, maxttl, keyexp)
 if at then
   redis.call('HSET', KEYS[2], 'keyexp', at)
   expire_keys(at)
 end
-return {w, tok}
+return out

@@ -1,44 +1,89 @@
 package limiter
 
 import (
+	"container/heap"
 	"context"
-	"sync"
 	"time"
 )
 
-// refresher keeps every auto-refreshed lease of one store alive. Leases due
-// within a fifth of their interval are refreshed together, so a process
-// holding many leases sends one pipeline per round rather than one round
-// trip per lease. Its goroutine runs only while it has leases.
+// refresher keeps alive everything one Client holds or waits for: leases
+// (every RefreshInterval) and queue entries (every queueTTL/3). Entries are
+// kept in a heap by due time; those due together are sent together, one
+// script call per semaphore, so a Client holding 10,000 leases of one name
+// sends a handful of calls per round, not 10,000. Its goroutine runs only
+// while it has entries.
 type refresher struct {
-	st      store
-	mu      sync.Mutex
-	leases  map[*Lease]struct{}
+	c       *Client
+	entries entryHeap
+	byOwner map[any]*entry
 	running bool
 	kick    chan struct{}
 }
 
-func newRefresher(st store) *refresher {
-	return &refresher{st: st, leases: map[*Lease]struct{}{}, kick: make(chan struct{}, 1)}
+// entry is a lease or a waiter in the refresher.
+type entry struct {
+	lease    *Lease
+	waiter   *waiter
+	due      time.Time
+	interval time.Duration
+	index    int // in the heap; -1 while being refreshed or after removal
+	removed  bool
 }
 
-func (r *refresher) add(l *Lease) {
-	r.mu.Lock()
-	r.leases[l] = struct{}{}
+func (e *entry) keys() keyspace {
+	if e.lease != nil {
+		return e.lease.sem.keys
+	}
+	return e.waiter.sem.keys
+}
+
+// queueTTL is how long a queue entry lives unless its Client keeps it
+// alive: a dead process's waiters leave the queue within it.
+const queueTTL = 3 * time.Second
+
+func newRefresher(c *Client) *refresher {
+	return &refresher{c: c, byOwner: map[any]*entry{}, kick: make(chan struct{}, 1)}
+}
+
+// addLease keeps l alive from now on, unless it already ended.
+func (r *refresher) addLease(l *Lease, sent time.Time) {
+	r.add(l, &entry{lease: l, due: sent.Add(l.sem.cfg.refresh), interval: l.sem.cfg.refresh}, func() bool { return l.Err() == nil })
+}
+
+func (r *refresher) addWaiter(w *waiter) {
+	r.add(w, &entry{waiter: w, due: time.Now().Add(queueTTL / 3), interval: queueTTL / 3}, func() bool { return true })
+}
+
+func (r *refresher) add(owner any, e *entry, live func() bool) {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	// Checked under the lock remove takes, so an end racing with this
+	// add either comes first (nothing added) or removes what was added.
+	if r.c.closed || !live() || r.byOwner[owner] != nil {
+		return
+	}
+	r.byOwner[owner] = e
+	heap.Push(&r.entries, e)
 	if !r.running {
 		r.running = true
-		go r.loop()
+		r.c.spawn(r.loop)
 	}
-	r.mu.Unlock()
 	r.wake()
 }
 
-func (r *refresher) remove(l *Lease) {
-	r.mu.Lock()
-	delete(r.leases, l)
-	empty := len(r.leases) == 0
-	r.mu.Unlock()
-	if empty {
+func (r *refresher) remove(owner any) {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	e := r.byOwner[owner]
+	if e == nil {
+		return
+	}
+	delete(r.byOwner, owner)
+	e.removed = true
+	if e.index >= 0 {
+		heap.Remove(&r.entries, e.index)
+	}
+	if len(r.byOwner) == 0 {
 		r.wake() // let the goroutine exit now rather than at its next timer
 	}
 }
@@ -66,54 +111,103 @@ func (r *refresher) loop() {
 		select {
 		case <-timer.C:
 		case <-r.kick:
+		case <-r.c.ctx.Done():
+			r.c.mu.Lock()
+			r.running = false
+			r.c.mu.Unlock()
+			return
 		}
 	}
 }
 
-// due returns the leases to refresh now, or when the next one falls due.
+// due takes out the entries to refresh now: those due within half their
+// interval, so entries that fall due close together go together (and,
+// after one round, stay together). Early is harmless: a refresh only
+// extends.
 // ok is false when there is nothing left to keep alive.
-func (r *refresher) due(now time.Time) (batch []*Lease, next time.Time, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.leases) == 0 {
+func (r *refresher) due(now time.Time) (batch []*entry, next time.Time, ok bool) {
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	if len(r.byOwner) == 0 || r.c.ctx.Err() != nil {
 		r.running = false
 		return nil, next, false
 	}
-	next = now.Add(time.Hour)
-	for l := range r.leases {
-		at, slack := l.refreshDue()
-		if !at.After(now.Add(slack)) {
-			batch = append(batch, l)
-		} else if at.Before(next) {
-			next = at
+	for len(r.entries) > 0 {
+		e := r.entries[0]
+		if e.due.Sub(now) > e.interval/2 {
+			return batch, e.due, true
 		}
+		heap.Pop(&r.entries)
+		batch = append(batch, e)
 	}
-	return batch, next, true
+	return batch, now.Add(time.Hour), true
 }
 
-func (r *refresher) refresh(batch []*Lease) {
+// refresh sends one batch per semaphore and applies the answers.
+func (r *refresher) refresh(entries []*entry) {
 	sent := time.Now()
-	var deadline time.Time
-	reqs := make([]refreshRequest, len(batch))
-	for i, l := range batch {
-		reqs[i] = l.refreshRequest()
-		deadline = maxTime(deadline, l.localDeadline())
-	}
-	// A reply after every lease's local deadline is useless, and a hung
-	// server must not stall the refresher longer (go-redis honours the
-	// context on the socket only with ContextTimeoutEnabled, so within
-	// enforces it).
-	ctx, cancel := context.WithDeadline(context.Background(), maxTime(deadline, sent.Add(10*time.Millisecond)))
-	replies, err := within(ctx, func() ([]refreshReply, error) { return r.st.refresh(ctx, reqs), nil })
-	cancel()
-	if err != nil {
-		replies = make([]refreshReply, len(reqs))
-		for i := range replies {
-			replies[i].err = err
+	deadline := sent.Add(queueTTL / 3)
+	index := map[string]int{}
+	var batches []refreshBatch
+	var leases, waiters [][]*entry // per batch, in the order of its items
+	for _, e := range entries {
+		k := e.keys()
+		i, ok := index[k.id()]
+		if !ok {
+			i = len(batches)
+			index[k.id()] = i
+			batches = append(batches, refreshBatch{keys: k})
+			leases, waiters = append(leases, nil), append(waiters, nil)
+		}
+		if l := e.lease; l != nil {
+			batches[i].leases = append(batches[i].leases, refreshItem{id: l.id, token: l.token, ttl: l.ttl})
+			leases[i] = append(leases[i], e)
+			// A reply after every lease's local deadline is useless, and
+			// a hung server must not stall the refresher longer.
+			deadline = maxTime(deadline, l.localDeadline())
+		} else {
+			batches[i].waits = append(batches[i].waits, e.waiter.id)
+			waiters[i] = append(waiters[i], e)
 		}
 	}
-	for i, l := range batch {
-		l.refreshed(sent, replies[i])
+	ctx, cancel := context.WithDeadline(r.c.ctx, deadline)
+	results, err := within(ctx, r.c.spawn, func() ([]refreshResult, error) { return r.c.st.refresh(ctx, batches), nil })
+	cancel()
+	retry := map[*entry]bool{}
+	for i := range batches {
+		res := refreshResult{err: err}
+		if err == nil {
+			res = results[i]
+		}
+		for j, e := range leases[i] {
+			if res.err != nil {
+				retry[e] = true
+				e.lease.refreshFailed()
+			} else {
+				e.lease.refreshed(sent, j < len(res.held) && res.held[j])
+			}
+		}
+		for j, e := range waiters[i] {
+			switch {
+			case res.err != nil:
+				retry[e] = true
+			case j < len(res.waits) && res.waits[j] != waiterQueued:
+				e.waiter.signal() // gone: it queues again; fits: it tries now
+			}
+		}
+	}
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	for _, e := range entries {
+		if e.removed {
+			continue
+		}
+		e.due = sent.Add(e.interval)
+		if retry[e] {
+			// Soon: the local deadline, not this failure, decides loss.
+			e.due = time.Now().Add(max(e.interval/4, 10*time.Millisecond))
+		}
+		heap.Push(&r.entries, e)
 	}
 }
 
@@ -122,4 +216,26 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
 }

@@ -7,9 +7,9 @@ import (
 )
 
 // Every script is the shared prelude followed by its body, so the helpers
-// (sweep, touch, notify) exist once. Scripts run by EVALSHA and fall back
-// to EVAL on NOSCRIPT (redis.Script.Run), which also covers a restarted or
-// failed-over server that lost its script cache.
+// (sweep, the queue walk, key expiry) exist once. Scripts run by EVALSHA
+// and fall back to EVAL on NOSCRIPT (redis.Script.Run), which also covers
+// a restarted or failed-over server that lost its script cache.
 var (
 	//go:embed common.lua
 	commonLua string
@@ -19,6 +19,10 @@ var (
 	refreshLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed leave.lua
+	leaveLua string
+	//go:embed resume.lua
+	resumeLua string
 	//go:embed holders.lua
 	holdersLua string
 	//go:embed settoken.lua
@@ -27,6 +31,8 @@ var (
 	acquireScript  = redis.NewScript(commonLua + acquireLua)
 	refreshScript  = redis.NewScript(commonLua + refreshLua)
 	releaseScript  = redis.NewScript(commonLua + releaseLua)
+	leaveScript    = redis.NewScript(commonLua + leaveLua)
+	resumeScript   = redis.NewScript(commonLua + resumeLua)
 	holdersScript  = redis.NewScript(commonLua + holdersLua)
 	setTokenScript = redis.NewScript(commonLua + setTokenLua)
 )

@@ -4,35 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 )
 
 // maxLimit keeps permit sums exact in Lua, whose numbers are doubles.
 const maxLimit = 1 << 40
 
-// maxFallbackWait caps how long a waiter sleeps without a wake message, so
-// a lost message costs at most this much latency, never liveness.
-const maxFallbackWait = 2 * time.Second
-
 // Semaphore is a counting semaphore shared by every process that uses the
-// same Redis and name: at most limit permits are held at once. Each
-// acquisition is a Lease with its own TTL and fencing token. A Semaphore is
-// safe for concurrent use.
+// same Redis and name: at most limit permits are held at once, granted in
+// arrival order across processes. Each acquisition is a Lease with its own
+// TTL and fencing token. A Semaphore is a cheap value made by
+// Client.Semaphore and safe for concurrent use.
 //
 // Processes may disagree on the limit; each acquisition is checked against
 // the limit of the Semaphore that asks.
 type Semaphore struct {
-	name   string
-	limit  int64
-	cfg    config
-	keys   keyspace
-	st     store
-	shared *shared
+	c     *Client
+	name  string
+	limit int64
+	cfg   config
+	keys  keyspace
 }
 
 // Holder describes one live lease, as Redis sees it.
@@ -43,80 +37,40 @@ type Holder struct {
 	TTL    time.Duration // until it expires unless refreshed
 }
 
-// NewSemaphore returns a semaphore of limit permits named name on rdb,
-// which may be a plain, Sentinel failover or Cluster client. Invalid
-// arguments give an *ArgumentError naming them. Nothing is sent to Redis.
-func NewSemaphore(rdb redis.UniversalClient, name string, limit int64, opts ...Option) (*Semaphore, error) {
-	if isNil(rdb) {
-		return nil, argError("rdb", rdb, "must not be nil")
-	}
-	return newSemaphore(name, limit, opts, func(*config) store { return newRedisStore(rdb) })
-}
-
-// newSemaphore validates the arguments, then opens the store with the
-// validated configuration.
-func newSemaphore(name string, limit int64, opts []Option, open func(*config) store) (*Semaphore, error) {
-	if name == "" {
-		return nil, argError("name", `""`, "must not be empty")
-	}
-	if limit < 1 || limit > maxLimit {
-		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	st := open(&cfg)
-	return &Semaphore{
-		name: name, limit: limit, cfg: cfg,
-		keys: newKeyspace(cfg.prefix, name), st: st, shared: sharedFor(st),
-	}, nil
-}
-
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
-}
-
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
 // Limit returns the number of permits.
 func (s *Semaphore) Limit() int64 { return s.limit }
 
-func (s *Semaphore) request(opts []AcquireOption) (acquireRequest, error) {
-	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl}
+func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
+	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel}
 	for _, o := range opts {
 		if o != nil {
 			o(&r)
 		}
 	}
-	if r.weight < 1 || r.weight > s.limit {
+	switch {
+	case ctx == nil:
+		return r, argError("ctx", nil, "must not be nil")
+	case r.weight < 1 || r.weight > s.limit:
 		return r, argError("Weight", r.weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
-	}
-	if r.idGiven && r.id == "" {
+	case r.idGiven && r.id == "":
 		return r, argError("ID", `""`, "must not be empty")
 	}
 	if !r.idGiven {
 		r.id = uuid.NewString()
 	}
-	return r, nil
+	return r, s.c.Err()
 }
 
-// TryAcquire takes the permits if they are free now and never waits:
-// one round trip. When the semaphore is full it returns a *BusyError
-// (ErrBusy) whose RetryIn says when the earliest lease expires. A Redis
-// failure is returned wrapped.
+// TryAcquire takes the permits if they are free now and nobody waits for
+// them, and never waits: one round trip. When the semaphore is full it
+// returns a *BusyError (ErrBusy) whose RetryIn says when the earliest
+// lease expires. A Redis failure is returned wrapped; after Close,
+// ErrClosed.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	r, err := s.request(opts)
+	r, err := s.request(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,18 +88,20 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	return l, nil
 }
 
-// Acquire waits until the permits are free and takes them. It waits
-// without polling: releases anywhere wake it through Redis pub/sub, and a
-// timer set to the earliest lease expiry (capped at 2s, jittered) covers
-// expiries and lost messages.
+// Acquire waits until the permits are free and it is this request's turn,
+// and takes them. Requests are served in arrival order across every
+// process (see the package doc); waiting sends nothing but the Client's
+// batched keep-alive of its queue entries: the release that makes room
+// wakes exactly the waiters that now fit.
 //
 // It gives up with a *BusyError matching ErrBusy and ErrTimeout when
-// AcquireTimeout or AttemptsLimit runs out, and with an error wrapping
-// context.Cause(ctx) when ctx ends first; in both cases it holds nothing.
-// A Redis failure is returned at once, wrapped, rather than hidden behind
-// a timeout.
+// AcquireTimeout or AttemptsLimit runs out, with an error wrapping
+// context.Cause(ctx) when ctx ends first, and with ErrClosed when the
+// Client is closed; in each case it holds nothing and leaves the queue,
+// passing its turn on. A Redis failure is returned at once, wrapped,
+// rather than hidden behind a timeout.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	r, err := s.request(opts)
+	r, err := s.request(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -164,175 +120,103 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 	return l, err
 }
 
-var errAcquireTimeout = errors.New("acquire timeout")
-
-func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time) (*Lease, error) {
-	parent := ctx
-	if s.cfg.acquireTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
-		defer cancel()
-	}
-	hub := s.shared.hub
-	// With the name's subscription already open, queue up before the first
-	// attempt, so no release can slip between it and the wait. If others
-	// of this process queued first, wait for a wake rather than barge in:
-	// waiters of one process are served in arrival order, and a holder
-	// that releases and re-acquires at once goes to the back.
-	w, ahead := hub.joinOpen(s.keys.channel, r.weight)
-	defer func() { w.leave() }()
-	tryNow := ahead == 0
-	subscribed := w != nil
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-
-	var rep acquireReply
-	rep.retryIn = maxFallbackWait
-	for attempt := 0; ; {
-		if tryNow {
-			attempt++
-			if attempt > 1 && !r.idGiven {
-				// A fresh id per attempt: what an earlier attempt left on a
-				// slow node (and its clean-up) can never meet this one.
-				r.id = uuid.NewString()
-			}
-			var l *Lease
-			var err error
-			l, rep, err = s.attempt(ctx, r)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return nil, s.gaveUp(parent, ctx, r, rep, attempt, start)
-			case err != nil:
-				return nil, err
-			case l != nil:
-				w.leave()
-				w = nil
-				if rep.free > 0 {
-					hub.wake(s.keys.channel, rep.free) // pass on what is left
-				}
-				return l, nil
-			}
-			if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
-				return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
-					Attempts: attempt, Waited: time.Since(start), timedOut: true}
-			}
-			if !subscribed {
-				// Subscribe, then try once more: a release between the
-				// attempt and the subscription would otherwise be missed.
-				subscribed = true
-				if w, err = hub.join(ctx, s.keys.channel, r.weight); err == nil {
-					continue
-				}
-				if ctx.Err() != nil {
-					return nil, s.gaveUp(parent, ctx, r, rep, attempt, start)
-				}
-				s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
-			}
-		}
-		tryNow = true
-		timer.Reset(fallbackWait(rep.retryIn))
-		var wake <-chan struct{}
-		if w != nil {
-			wake = w.wake
-		}
-		select {
-		case <-wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
-}
-
-// gaveUp reports why a wait ended: our own timeout, or the caller's ctx.
-func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep acquireReply, attempts int, start time.Time) error {
-	if parent.Err() == nil && errors.Is(context.Cause(ctx), errAcquireTimeout) {
-		return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
-			Attempts: attempts, Waited: time.Since(start), timedOut: true}
-	}
-	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(parent))
-}
-
-func fallbackWait(retryIn time.Duration) time.Duration {
-	d := min(retryIn, maxFallbackWait) + time.Millisecond
-	return d + rand.N(d/5+1)
-}
-
 // attempt runs the acquire script once. A nil lease with a nil error means
-// the semaphore was full.
+// the semaphore was full (or it was not this request's turn).
 func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acquireReply, error) {
+	var rep acquireReply
+	var err error
+	if r.idGiven {
+		var done func(error)
+		if r.reclaim, done, err = s.c.ask(ctx, s.keys, r.id); err != nil {
+			return nil, rep, err
+		}
+		defer func() { done(err) }() // after newLease tracks a granted lease
+	}
 	sent := time.Now()
-	rep, err := s.st.acquire(ctx, s.keys, r)
+	rep, err = s.c.st.acquire(ctx, s.keys, r)
 	if err != nil {
 		if !r.idGiven {
 			// The script may have run with the reply lost: remove what
 			// it may have granted rather than leave it for the TTL. A
-			// caller-given id could name a lease held from before, so
-			// that one is left to its TTL.
-			go s.forget(r.id)
+			// caller-given id is left for the caller's retry to reclaim.
+			s.c.spawn(func() { s.forget(r.id) })
 		}
 		return nil, rep, redisError("acquire", s.name, err)
+	}
+	s.c.hub.wake(rep.woken)
+	if rep.heldWeight > 0 {
+		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("differs from the weight %d that lease %s holds", rep.heldWeight, r.id))
 	}
 	if !rep.granted {
 		return nil, rep, nil
 	}
-	return newLease(ctx, s, r.id, rep, sent), rep, nil
+	l := newLease(ctx, s, r.id, rep, sent)
+	if l == nil {
+		// The reply came after the lease's local deadline: give it back.
+		s.c.spawn(func() { s.forget(r.id) })
+		return nil, rep, fmt.Errorf("limiter: acquire %q: %w: the reply came after the lease's local deadline", s.name, ErrLeaseLost)
+	}
+	return l, rep, nil
 }
 
 func (s *Semaphore) forget(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ttl)
+	ctx, cancel := context.WithTimeout(s.c.ctx, s.cfg.releaseTimeout)
 	defer cancel()
 	_, _ = s.release(ctx, id, "")
 }
 
-// release runs the release script and wakes this process's own waiters at
-// once, without waiting for the pub/sub message to come back.
+// release runs the release script and wakes this Client's own waiters at
+// once, without a round trip through pub/sub.
 func (s *Semaphore) release(ctx context.Context, id, token string) (int64, error) {
-	hub := s.shared.hub
-	n, err := s.st.release(ctx, s.keys, id, token, hub.origin)
-	if n > 0 {
-		hub.wake(s.keys.channel, n)
-	}
-	return n, err
+	rep, err := s.c.st.release(ctx, s.keys, releaseRequest{id: id, token: token, own: s.c.channel, wake: true})
+	s.c.hub.wake(rep.woken)
+	return rep.freed, err
 }
 
-// Resume adopts a lease acquired by another process (the handoff): if it
-// is still held with the ticket's token, its expiry is set to now plus
-// this Semaphore's TTL (shorter or longer than before: the adopter's TTL
-// governs from here, so the handing-off side must stop relying on it) and
-// it is kept alive here like any acquired lease. A lease
-// that expired or was released gives ErrNotHeld; a ticket for another
-// name, or a weight above this limit, an *ArgumentError.
+// Resume takes over a lease acquired elsewhere (the handoff): if it is
+// still held with the ticket's token, it becomes this Client's, with a new
+// fencing token and this Semaphore's TTL from now (shorter or longer than
+// before), and is kept alive here like any acquired lease. The previous
+// holder's next refresh finds it gone and reports the loss. Of two Resumes
+// of one ticket one wins; the other, like a lease that expired or was
+// released, gets ErrNotHeld. A ticket for another name, or a weight above
+// this limit, gives an *ArgumentError.
 func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
 	if err := s.checkTicket(t); err != nil {
 		return nil, err
 	}
-	sent := time.Now()
-	req := refreshRequest{keys: s.keys, id: t.ID, token: fmt.Sprint(t.Token), ttl: s.cfg.ttl}
-	rep := s.st.refresh(ctx, []refreshRequest{req})[0]
-	if rep.err != nil {
-		return nil, redisError("resume", s.name, rep.err)
+	if err := s.c.Err(); err != nil {
+		return nil, err
 	}
-	if !rep.held {
+	sent := time.Now()
+	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl})
+	if err != nil {
+		return nil, redisError("resume", s.name, err)
+	}
+	if !rep.granted {
 		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
 	}
-	return newLease(ctx, s, t.ID, acquireReply{granted: true, token: rep.token, weight: rep.weight}, sent), nil
+	l := newLease(ctx, s, t.ID, rep, sent)
+	if l == nil {
+		return nil, fmt.Errorf("limiter: resume %q: %w: the reply came after the lease's local deadline", s.name, ErrLeaseLost)
+	}
+	return l, nil
 }
 
 // ReleaseTicket releases the lease a ticket names, from any process. It
-// returns ErrNotHeld when that lease is no longer held, and never removes
-// a later lease that reuses the id.
+// returns ErrNotHeld when that lease is no longer held with the ticket's
+// token, and never removes a later lease that reuses the id.
 func (s *Semaphore) ReleaseTicket(ctx context.Context, t Ticket) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
 	if err := s.checkTicket(t); err != nil {
 		return err
 	}
-	n, err := s.release(ctx, t.ID, fmt.Sprint(t.Token))
+	n, err := s.release(ctx, t.ID, strconv.FormatInt(t.Token, 10))
 	if err != nil {
 		return redisError("release", s.name, err)
 	}
@@ -355,42 +239,9 @@ func (s *Semaphore) checkTicket(t Ticket) error {
 	return nil
 }
 
-// Do acquires (waiting as Acquire does), runs fn with a context that is
-// also cancelled, with cause ErrLeaseLost, if the lease is lost, and
-// releases. It returns fn's error; if fn succeeded but the lease was lost
-// meanwhile, the loss; and a failure to release joined to either. The
-// release uses a context detached from ctx, so it happens even when ctx
-// was cancelled.
-func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
-	l, err := s.Acquire(ctx, opts...)
-	if err != nil {
-		return err
-	}
-	// Deferred, so that a panic in fn (recovered further up) does not
-	// leave the lease refreshed for the life of the process.
-	defer func() {
-		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer relCancel()
-		rerr := l.Release(relCtx)
-		if rerr != nil && !(errors.Is(rerr, ErrNotHeld) && errors.Is(l.Err(), ErrLeaseLost)) {
-			err = errors.Join(err, rerr)
-		}
-	}()
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-	defer stop()
-	if err = fn(runCtx); err == nil && errors.Is(l.Err(), ErrLeaseLost) {
-		err = l.Err()
-	}
-	return err
-}
-
-const releaseTimeout = 5 * time.Second
-
 // Holders lists the live leases as Redis sees them (read-only).
 func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
-	hs, err := s.st.holders(ctx, s.keys)
+	hs, err := s.c.st.holders(ctx, s.keys)
 	if err != nil {
 		return nil, redisError("holders", s.name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestCore(t *testing.T) {
 		t.Run("MixedTTLs", func(t *testing.T) { testMixedTTLs(t, b) })
 		t.Run("LossWhenKeysDeleted", func(t *testing.T) { testLossWhenDeleted(t, b) })
 		t.Run("Handoff", func(t *testing.T) { testHandoff(t, b) })
-		t.Run("IdempotentID", func(t *testing.T) { testIdempotentID(t, b) })
+		t.Run("OneHolderPerID", func(t *testing.T) { testOneHolderPerID(t, b) })
 		t.Run("FencingTokens", func(t *testing.T) { testFencing(t, b) })
 		t.Run("FencingAcrossIdleExpiry", func(t *testing.T) { testFencingIdle(t, b) })
 		t.Run("WaitingCostsNothing", func(t *testing.T) { testWaitingIsQuiet(t, b) })
@@ -29,7 +30,7 @@ func TestCore(t *testing.T) {
 		t.Run("AcquireTimeoutAndCancel", func(t *testing.T) { testAcquireGivesUp(t, b) })
 		t.Run("ExpiredLeasesFreePermits", func(t *testing.T) { testExpiry(t, b) })
 		t.Run("ArrivalOrderWithinProcess", func(t *testing.T) { testArrivalOrder(t, b) })
-		t.Run("LighterWaiterNotBlockedByHeavier", func(t *testing.T) { testLighterWaiter(t, b) })
+		t.Run("HeavyWaiterNotStarved", func(t *testing.T) { testHeavyWaiterNotStarved(t, b) })
 		t.Run("DoReleasesOnPanic", func(t *testing.T) { testDoPanic(t, b) })
 		t.Run("ResumeNeverShortens", func(t *testing.T) { testResumeNeverShortens(t, b) })
 	})
@@ -38,7 +39,7 @@ func TestCore(t *testing.T) {
 func testTryAcquire(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "try"), 2)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "try"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func testTryAcquire(t *testing.T, b backend) {
 func testWeighted(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "weighted"), 5)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "weighted"), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func testWeighted(t *testing.T, b backend) {
 func testLimitInProcess(t *testing.T, b backend) {
 	rdb := b.client(t)
 	const limit, workers, rounds = 3, 16, 15
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "inproc"), limit)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "inproc"), limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +169,11 @@ func testMixedTTLs(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	name := uniqueName(b, "mixed")
-	long, err := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(30*time.Second), limiter.RefreshInterval(0))
+	long, err := newSemaphore(t, rdb, name, 2, limiter.TTL(30*time.Second), limiter.RefreshInterval(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, err := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(200*time.Millisecond), limiter.RefreshInterval(0))
+	short, err := newSemaphore(t, rdb, name, 2, limiter.TTL(200*time.Millisecond), limiter.RefreshInterval(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 	ctx := ctxT(t, 10*time.Second)
 	prefix := fmt.Sprintf("loss%d:", nameSeq.Add(1))
 	lostCh := make(chan error, 1)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "loss"), 1, limiter.Prefix(prefix),
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "loss"), 1, limiter.Prefix(prefix),
 		limiter.TTL(time.Second), limiter.RefreshInterval(50*time.Millisecond),
 		limiter.OnLost(func(_ *limiter.Lease, err error) { lostCh <- err }))
 	if err != nil {
@@ -260,11 +261,11 @@ func testHandoff(t *testing.T, b backend) {
 	ctx := ctxT(t, 20*time.Second)
 	name := uniqueName(b, "handoff")
 	// Two clients stand for two processes.
-	cron, err := limiter.NewMutex(b.client(t), name, limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(0))
+	cron, err := newMutex(t, b.client(t), name, limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker, err := limiter.NewMutex(b.client(t), name, limiter.TTL(5*time.Second))
+	worker, err := newMutex(t, b.client(t), name, limiter.TTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +283,13 @@ func testHandoff(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if adopted.ID() != l.ID() || adopted.Token() != l.Token() {
-		t.Fatalf("adopted %s/%d, want %s/%d", adopted.ID(), adopted.Token(), l.ID(), l.Token())
+	// A transfer: same id, a newer token, so the resource can fence the
+	// previous holder.
+	if adopted.ID() != l.ID() || adopted.Token() <= l.Token() {
+		t.Fatalf("adopted %s/%d, want %s/>%d", adopted.ID(), adopted.Token(), l.ID(), l.Token())
+	}
+	if _, err := worker.Resume(ctx, ticket); !errors.Is(err, limiter.ErrNotHeld) {
+		t.Fatalf("a second Resume of one ticket: %v, want ErrNotHeld", err)
 	}
 	time.Sleep(500 * time.Millisecond) // past the cron's 300ms TTL
 	if _, err := cron.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
@@ -293,7 +299,7 @@ func testHandoff(t *testing.T, b backend) {
 		t.Fatal(adopted.Err())
 	}
 	// Whoever has the ticket may release by it.
-	if err := cron.ReleaseTicket(ctx, ticket); err != nil {
+	if err := cron.ReleaseTicket(ctx, adopted.Ticket()); err != nil {
 		t.Fatal(err)
 	}
 	if err := adopted.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
@@ -329,10 +335,16 @@ func testHandoff(t *testing.T, b backend) {
 	}
 }
 
-func testIdempotentID(t *testing.T, b backend) {
-	rdb := b.client(t)
+// One id, one holder: a second acquisition with a live lease's id waits
+// its turn, in this Client or another; another weight is an error.
+func testOneHolderPerID(t *testing.T, b backend) {
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "idem"), 3)
+	name := uniqueName(b, "idem")
+	sem, err := newSemaphore(t, b.client(t), name, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := newSemaphore(t, b.client(t), name, 3) // another process
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,17 +352,40 @@ func testIdempotentID(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := sem.Acquire(ctx, limiter.ID("task-42"), limiter.Weight(2))
-	if err != nil {
-		t.Fatal(err)
+	for _, s := range []*limiter.Semaphore{sem, other} {
+		if _, err := s.TryAcquire(ctx, limiter.ID("task-42"), limiter.Weight(2)); !errors.Is(err, limiter.ErrBusy) {
+			t.Fatalf("a second holder of one id: %v, want ErrBusy", err)
+		}
 	}
-	if again.Token() != a.Token() || again.ID() != "task-42" || again.Weight() != 2 {
-		t.Fatalf("second acquire with the same id: %d/%s/%d, want token %d", again.Token(), again.ID(), again.Weight(), a.Token())
+	var arg *limiter.ArgumentError
+	if _, err := other.TryAcquire(ctx, limiter.ID("task-42"), limiter.Weight(1)); !errors.As(err, &arg) || arg.Arg != "Weight" {
+		t.Fatalf("same id, other weight: %v, want an ArgumentError for Weight", err)
 	}
 	if n, _ := sem.Available(ctx); n != 1 {
-		t.Fatalf("the same id took more permits: available %d, want 1", n)
+		t.Fatalf("available %d, want 1", n)
 	}
-	if err := again.Release(ctx); err != nil {
+	waited := make(chan *limiter.Lease, 1)
+	go func() {
+		l, err := other.Acquire(ctx, limiter.ID("task-42"), limiter.Weight(2))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- l
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-waited:
+		t.Fatal("the second holder of an id did not wait for the first")
+	default:
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-waited
+	if l == nil || l.Token() <= a.Token() {
+		t.Fatalf("the waiter's lease %v must be newer than %d", l, a.Token())
+	}
+	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := sem.Available(ctx); n != 3 {
@@ -358,12 +393,10 @@ func testIdempotentID(t *testing.T, b backend) {
 	}
 }
 
-// Tokens follow the order in which the mutex was held, across 1000
-// acquisitions from many goroutines.
 func testFencing(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 120*time.Second)
-	mu, err := limiter.NewMutex(rdb, uniqueName(b, "fence"))
+	mu, err := newMutex(t, rdb, uniqueName(b, "fence"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +441,7 @@ func testFencingIdle(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	prefix := fmt.Sprintf("idle%d:", nameSeq.Add(1))
-	mu, err := limiter.NewMutex(rdb, uniqueName(b, "idle"), limiter.Prefix(prefix),
+	mu, err := newMutex(t, rdb, uniqueName(b, "idle"), limiter.Prefix(prefix),
 		limiter.TTL(100*time.Millisecond), limiter.RefreshInterval(0))
 	if err != nil {
 		t.Fatal(err)
@@ -441,11 +474,11 @@ func testWaitingIsQuiet(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	name := uniqueName(b, "quiet")
-	holderSem, err := limiter.NewMutex(b.client(t), name, limiter.TTL(time.Minute))
+	holderSem, err := newMutex(t, b.client(t), name, limiter.TTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiterSem, err := limiter.NewMutex(rdb, name, limiter.TTL(time.Minute))
+	waiterSem, err := newMutex(t, rdb, name, limiter.TTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +526,7 @@ func testWaitingIsQuiet(t *testing.T, b backend) {
 func testDo(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "do"), 1)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "do"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +555,7 @@ func testAcquireGivesUp(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 	name := uniqueName(b, "giveup")
-	sem, err := limiter.NewMutex(rdb, name, limiter.AcquireTimeout(150*time.Millisecond))
+	sem, err := newMutex(t, rdb, name, limiter.AcquireTimeout(150*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,11 +569,11 @@ func testAcquireGivesUp(t *testing.T, b backend) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	noTimeout, _ := limiter.NewMutex(rdb, name, limiter.AcquireTimeout(0))
+	noTimeout, _ := newMutex(t, rdb, name, limiter.AcquireTimeout(0))
 	if _, err := noTimeout.Acquire(cctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limiter.ErrTimeout) {
 		t.Fatalf("caller's deadline: want context.DeadlineExceeded, got %v", err)
 	}
-	limited, _ := limiter.NewMutex(rdb, name, limiter.AttemptsLimit(2))
+	limited, _ := newMutex(t, rdb, name, limiter.AttemptsLimit(2))
 	if _, err := limited.Acquire(ctx); !errors.Is(err, limiter.ErrTimeout) {
 		t.Fatalf("AttemptsLimit: want ErrTimeout, got %v", err)
 	}
@@ -554,13 +587,13 @@ func testExpiry(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 	name := uniqueName(b, "expiry")
-	crashed, _ := limiter.NewSemaphore(rdb, name, 2, limiter.TTL(150*time.Millisecond), limiter.RefreshInterval(0))
+	crashed, _ := newSemaphore(t, rdb, name, 2, limiter.TTL(150*time.Millisecond), limiter.RefreshInterval(0))
 	for range 2 {
 		if _, err := crashed.TryAcquire(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waiter, _ := limiter.NewSemaphore(rdb, name, 2)
+	waiter, _ := newSemaphore(t, rdb, name, 2)
 	l, err := waiter.Acquire(ctx, limiter.Weight(2)) // woken by the expiry timer
 	if err != nil {
 		t.Fatal(err)
@@ -581,7 +614,7 @@ func testExpiry(t *testing.T, b backend) {
 func testArrivalOrder(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
-	mu, err := limiter.NewMutex(rdb, uniqueName(b, "order"))
+	mu, err := newMutex(t, rdb, uniqueName(b, "order"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,48 +667,62 @@ func testArrivalOrder(t *testing.T, b backend) {
 	}
 }
 
-// A waiter queued behind a heavier one still takes permits that are free
-// for it, rather than waiting for a release that may not come.
-func testLighterWaiter(t *testing.T, b backend) {
-	rdb := b.client(t)
-	ctx := ctxT(t, 20*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "lighter"), 3)
+// Strict FIFO: a heavy waiter at the head is not overtaken by lighter
+// ones, so a stream of weight-1 acquisitions cannot starve it.
+func testHeavyWaiterNotStarved(t *testing.T, b backend) {
+	ctx := ctxT(t, 30*time.Second)
+	name := uniqueName(b, "heavy")
+	sem, err := newSemaphore(t, b.client(t), name, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := sem.Acquire(ctx)
+	other, err := newSemaphore(t, b.client(t), name, 3, limiter.AcquireTimeout(4*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	heavy := make(chan error, 1)
-	go func() {
-		l, err := sem.Acquire(ctx, limiter.Weight(3))
-		if err == nil {
-			err = l.Release(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var light atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = sem.Do(ctx, func(context.Context) error {
+					light.Add(1)
+					time.Sleep(time.Millisecond)
+					return nil
+				})
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	for i := range 3 {
+		l, err := other.Acquire(ctx, limiter.Weight(3))
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("weight-3 acquire %d beside weight-1 loops (%d light grants): %v", i, light.Load(), err)
 		}
-		heavy <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the heavy one is queued
-	start := time.Now()
-	light, err := sem.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+		time.Sleep(time.Millisecond)
+		_ = l.Release(ctx)
 	}
-	// The 2s fallback timer would be the only other way in.
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("a weight-1 acquire with 2 permits free took %v behind a weight-3 waiter", took)
-	}
-	_ = light.Release(ctx)
-	_ = held.Release(ctx)
-	if err := <-heavy; err != nil {
-		t.Fatal(err)
+	close(stop)
+	wg.Wait()
+	if light.Load() < 10 {
+		t.Fatalf("only %d light grants: the test proves nothing", light.Load())
 	}
 }
 
 func testDoPanic(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
-	sem, err := limiter.NewSemaphore(rdb, uniqueName(b, "panic"), 1)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "panic"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,30 +735,38 @@ func testDoPanic(t *testing.T, b backend) {
 	}
 }
 
-// A same-id acquire with a shorter TTL must not cut the expiry the lease's
-// other holder was promised; Resume, the handoff, sets the adopter's TTL.
+// A holder of the same id with a shorter TTL can neither share the lease
+// nor cut the expiry its holder was promised; Resume, the handoff, sets
+// the adopter's TTL.
 func testResumeNeverShortens(t *testing.T, b backend) {
-	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 	name := uniqueName(b, "shorten")
-	long, _ := limiter.NewMutex(rdb, name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
-	short, _ := limiter.NewMutex(rdb, name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
+	long, _ := newMutex(t, b.client(t), name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
+	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
 	l, err := long.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); err != nil {
+	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
+	}
+	if err := l.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	hs, _ := long.Holders(ctx)
 	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
-		t.Fatalf("same-id acquire shortened the expiry: %+v", hs)
+		t.Fatalf("the expiry was shortened: %+v", hs)
 	}
-	if _, err := short.Resume(ctx, l.Ticket()); err != nil {
+	adopted, err := short.Resume(ctx, l.Ticket())
+	if err != nil {
 		t.Fatal(err)
 	}
 	hs, _ = long.Holders(ctx)
 	if len(hs) != 1 || hs[0].TTL > time.Second {
 		t.Fatalf("Resume did not apply the adopter's TTL: %+v", hs)
 	}
+	if err := l.Refresh(ctx); !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("the previous holder's refresh after a handoff: %v, want ErrLeaseLost", err)
+	}
+	_ = adopted.Release(ctx)
 }

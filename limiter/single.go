@@ -14,95 +14,181 @@ import (
 // failover client or a Cluster (every key of a semaphore is in one slot).
 type redisStore struct {
 	rdb redis.UniversalClient
-	// publish is the command release.lua wakes waiters with: sharded
-	// pub/sub on Cluster, so a message goes to one shard rather than to
-	// every node; plain PUBLISH elsewhere (miniredis has no SPUBLISH).
-	publish string
+	// fifo grants in queue order; a quorum's nodes do not (see acquire.lua).
+	fifo bool
 }
 
-func newRedisStore(rdb redis.UniversalClient) *redisStore {
-	s := &redisStore{rdb: rdb, publish: "PUBLISH"}
-	if _, ok := rdb.(*redis.ClusterClient); ok {
-		s.publish = "SPUBLISH"
-	}
-	return s
-}
-
-func (s *redisStore) identity() any { return s.rdb }
+// refreshChunk bounds the leases one refresh script call keeps alive, so
+// one call's Redis time stays bounded however many a Client holds.
+const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
-	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed).Slice()
+	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
+		r.owner, flag(r.reclaim), r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo)).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
 	return parseAcquire(v)
 }
 
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 func parseAcquire(v []any) (acquireReply, error) {
-	if len(v) < 3 {
+	if len(v) < 2 {
 		return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 	}
-	granted, _ := v[0].(int64)
-	if granted == 1 && len(v) == 5 {
+	switch code, _ := v[0].(int64); {
+	case code == -1:
+		w, _ := v[1].(int64)
+		return acquireReply{heldWeight: w}, nil
+	case code == 1 && len(v) >= 5:
 		tok, _ := v[1].(string)
 		w, _ := v[2].(int64)
 		free, _ := v[3].(int64)
 		existed, _ := v[4].(int64)
-		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0), existed: existed == 1}, nil
+		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0), existed: existed == 1,
+			woken: stringsOf(v[5:])}, nil
+	case code == 0 && len(v) == 4:
+		wait, _ := v[1].(int64)
+		inUse, _ := v[2].(int64)
+		head, _ := v[3].(int64)
+		return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse, head: head == 1}, nil
 	}
-	wait, _ := v[1].(int64)
-	inUse, _ := v[2].(int64)
-	return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse}, nil
+	return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 }
 
-func (s *redisStore) refresh(ctx context.Context, reqs []refreshRequest) []refreshReply {
-	out := make([]refreshReply, len(reqs))
-	if len(reqs) == 1 {
-		out[0] = parseRefresh(s.runRefresh(ctx, s.rdb, reqs[0], true))
-		return out
-	}
-	cmds := make([]*redis.Cmd, len(reqs))
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range reqs {
-			cmds[i] = s.runRefresh(ctx, p, r, false)
-		}
+func stringsOf(v []any) []string {
+	if len(v) == 0 {
 		return nil
-	})
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			c = s.runRefresh(ctx, s.rdb, reqs[i], true)
+	}
+	out := make([]string, 0, len(v))
+	for _, x := range v {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
 		}
-		out[i] = parseRefresh(c)
 	}
 	return out
 }
 
-func (s *redisStore) runRefresh(ctx context.Context, c redis.Scripter, r refreshRequest, fallback bool) *redis.Cmd {
-	args := []any{r.id, r.token, r.ttl.Milliseconds()}
-	if fallback {
-		return refreshScript.Run(ctx, c, r.keys.keys, args...)
+func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refreshResult {
+	type call struct {
+		batch int
+		cmd   *redis.Cmd
+		args  []any
 	}
-	return refreshScript.EvalSha(ctx, c, r.keys.keys, args...)
+	var calls []call
+	for i, b := range batches {
+		for _, args := range refreshArgs(b) {
+			calls = append(calls, call{batch: i, args: args})
+		}
+	}
+	run := func(c redis.Scripter, i int, fallback bool) {
+		if fallback {
+			calls[i].cmd = refreshScript.Run(ctx, c, batches[calls[i].batch].keys.keys, calls[i].args...)
+		} else {
+			calls[i].cmd = refreshScript.EvalSha(ctx, c, batches[calls[i].batch].keys.keys, calls[i].args...)
+		}
+	}
+	if len(calls) == 1 {
+		run(s.rdb, 0, true)
+	} else {
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range calls {
+				run(p, i, false)
+			}
+			return nil
+		})
+		for i := range calls {
+			if isNoScript(calls[i].cmd.Err()) {
+				run(s.rdb, i, true)
+			}
+		}
+	}
+	out := make([]refreshResult, len(batches))
+	for _, c := range calls {
+		r := &out[c.batch]
+		v, err := c.cmd.Slice()
+		if err != nil {
+			r.err = err
+			continue
+		}
+		n, _ := strconv.Atoi(fmt.Sprint(c.args[0]))
+		for j, x := range v {
+			code, _ := x.(int64)
+			if j < n {
+				r.held = append(r.held, code == 1)
+			} else {
+				r.waits = append(r.waits, code)
+			}
+		}
+	}
+	for i := range out {
+		if out[i].err != nil {
+			out[i].held, out[i].waits = nil, nil
+		}
+	}
+	return out
+}
+
+// refreshArgs splits a batch into script calls of at most refreshChunk
+// leases; the waiters go with the last.
+func refreshArgs(b refreshBatch) [][]any {
+	var out [][]any
+	leases := b.leases
+	for {
+		n := min(len(leases), refreshChunk)
+		args := make([]any, 0, 1+3*n+1+len(b.waits))
+		args = append(args, n)
+		for _, l := range leases[:n] {
+			args = append(args, l.id, l.token, l.ttl.Milliseconds())
+		}
+		leases = leases[n:]
+		if len(leases) == 0 {
+			if len(b.waits) > 0 {
+				args = append(args, queueTTL.Milliseconds())
+				for _, w := range b.waits {
+					args = append(args, w)
+				}
+			}
+			return append(out, args)
+		}
+		out = append(out, args)
+	}
 }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-func parseRefresh(c *redis.Cmd) refreshReply {
-	v, err := c.Result()
+func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
+	v, err := releaseScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.own, flag(r.wake)).Slice()
 	if err != nil {
-		return refreshReply{err: err}
+		return releaseReply{}, err
+	}
+	freed, _ := v[0].(int64)
+	return releaseReply{freed: freed, woken: stringsOf(v[1:])}, nil
+}
+
+func (s *redisStore) resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error) {
+	v, err := resumeScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.ttl.Milliseconds(), r.owner, r.proposed).Result()
+	if err != nil {
+		return acquireReply{}, err
 	}
 	pair, ok := v.([]any)
 	if !ok || len(pair) != 2 {
-		return refreshReply{} // 0: gone
+		return acquireReply{}, nil // not held
 	}
 	w, _ := pair[0].(int64)
 	tok, _ := pair[1].(string)
-	return refreshReply{held: true, weight: w, token: tok}
+	return acquireReply{granted: true, token: tok, weight: w}, nil
 }
 
-func (s *redisStore) release(ctx context.Context, k keyspace, id, token, origin string) (int64, error) {
-	return releaseScript.Run(ctx, s.rdb, k.keys, id, token, s.publish, k.channel, origin).Int64()
+func (s *redisStore) leave(ctx context.Context, k keyspace, wait, own string) ([]string, error) {
+	v, err := leaveScript.Run(ctx, s.rdb, k.keys, wait, own).Slice()
+	return stringsOf(v), err
 }
 
 func (s *redisStore) holders(ctx context.Context, k keyspace) ([]Holder, error) {
@@ -129,26 +215,70 @@ func parseHolders(v []any) ([]Holder, error) {
 	return hs, nil
 }
 
-func (s *redisStore) subscribe(ctx context.Context, channel string) (subscription, error) {
-	var ps *redis.PubSub
-	if s.publish == "SPUBLISH" {
-		ps = s.rdb.SSubscribe(ctx, channel)
-	} else {
-		ps = s.rdb.Subscribe(ctx, channel)
-	}
-	if _, err := ps.Receive(ctx); err != nil {
+// listen keeps one pub/sub connection (plain SUBSCRIBE: on a Cluster a
+// PUBLISH reaches every node, so one connection to any node hears the
+// wake-ups of every slot) subscribed to channel until ctx ends.
+func (s *redisStore) listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := s.rdb.Subscribe(ctx)
+		stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // unblocks a pending receive
+		err := ps.Subscribe(ctx, channel)
+		if err == nil {
+			err = receive(ctx, ps, deliver, subscribed)
+		}
+		stop()
 		_ = ps.Close()
-		return nil, err
+		if ctx.Err() != nil {
+			return
+		}
+		subscribed(err)
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, time.Second)
 	}
-	// The health check pings only an idle connection, so a dead one is
-	// noticed and re-subscribed; 15s keeps a quiet wait nearly free.
-	return pubsubSub{ps: ps, ch: ps.Channel(redis.WithChannelHealthCheckInterval(15 * time.Second))}, nil
 }
 
-type pubsubSub struct {
-	ps *redis.PubSub
-	ch <-chan *redis.Message
+// receive hands messages on while the connection lives. go-redis replaces
+// a broken connection (and re-subscribes) by itself; one that stays silent
+// past a ping is given up on, since a black-holed connection never errs.
+func receive(ctx context.Context, ps *redis.PubSub, deliver func(string), subscribed func(error)) error {
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 15*time.Second)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ne interface{ Timeout() bool }
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			if pinged {
+				return err
+			}
+			pinged = true
+			_ = ps.Ping(ctx)
+			continue
+		case err != nil:
+			subscribed(err)
+			sleepCtx(ctx, 10*time.Millisecond)
+			continue
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				subscribed(nil)
+			}
+		case *redis.Message:
+			deliver(m.Payload)
+		}
+	}
 }
 
-func (p pubsubSub) messages() <-chan *redis.Message { return p.ch }
-func (p pubsubSub) close()                          { _ = p.ps.Close() }
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

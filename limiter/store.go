@@ -3,38 +3,31 @@ package limiter
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // store is where leases live: one Redis deployment (a node, a Sentinel
-// group or a Cluster) or a quorum of independent nodes. Semaphore, Mutex and
-// Lease talk only to this interface, and every implementation runs the same
-// Lua scripts, so there is one lease algorithm.
+// group or a Cluster) or a quorum of independent nodes. Semaphore, Lease,
+// the refresher and the hub talk only to this interface, and every
+// implementation runs the same Lua scripts, so there is one lease
+// algorithm.
 type store interface {
 	// acquire runs acquire.lua once. err is a failure to get an answer;
 	// a full semaphore is a reply with granted == false.
 	acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error)
-	// refresh extends many leases (of any names) in as few round trips as
-	// the store can; replies are in the order of reqs.
-	refresh(ctx context.Context, reqs []refreshRequest) []refreshReply
-	// release removes a lease and wakes waiters of other processes (those
-	// whose hub is not origin); it reports the permits freed, 0 when the
-	// lease was not held.
-	release(ctx context.Context, k keyspace, id, token, origin string) (int64, error)
+	// refresh keeps alive, per semaphore, the leases and queued waiters of
+	// one Client in one script call; replies are in the order of batches.
+	refresh(ctx context.Context, batches []refreshBatch) []refreshResult
+	// release removes a lease; with wake, it wakes the waiters that now
+	// fit (those of other Clients by pub/sub; this Client's are returned).
+	release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error)
+	// resume hands a held lease over to r.owner with a new token.
+	resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error)
+	// leave takes a waiter out of the queue and passes its turn on.
+	leave(ctx context.Context, k keyspace, wait, own string) ([]string, error)
 	holders(ctx context.Context, k keyspace) ([]Holder, error)
-	// subscribe opens a subscription to a wake channel; it returns once
-	// Redis confirmed it.
-	subscribe(ctx context.Context, channel string) (subscription, error)
-	// identity is what process-wide state (the refresher, the wake hub) is
-	// shared by: two stores over the same clients share it.
-	identity() any
-}
-
-// subscription delivers wake messages; the payload is the permits freed.
-type subscription interface {
-	messages() <-chan *redis.Message
-	close()
+	// listen receives the messages of channel until ctx ends, reconnecting
+	// as needed; subscribed reports every (re)subscription or failure to.
+	listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))
 }
 
 type acquireRequest struct {
@@ -44,6 +37,10 @@ type acquireRequest struct {
 	id       string
 	idGiven  bool
 	proposed string // fencing token a quorum proposes; "" = server clock
+	owner    string // the Client asking
+	reclaim  bool   // the owner has no live lease of id
+	wait     string // queue entry to create or keep; "" = never queue
+	channel  string // the owner's wake channel
 }
 
 type acquireReply struct {
@@ -51,21 +48,54 @@ type acquireReply struct {
 	token   string
 	weight  int64
 	free    int64         // when granted: permits still free after it
-	existed bool          // when granted: the id already held this lease
+	existed bool          // when granted: the owner's lease of this id, extended
+	woken   []string      // this Client's waiters to wake
 	retryIn time.Duration // when not granted: until the earliest expiry
 	inUse   int64         // when not granted
+	head    bool          // when not granted: nobody waits ahead
+	// heldWeight is the weight of the lease the id holds when it differs
+	// from the request's (then nothing was granted).
+	heldWeight int64
 }
 
-type refreshRequest struct {
-	keys  keyspace
+type refreshBatch struct {
+	keys   keyspace
+	leases []refreshItem
+	waits  []string // queue entries to keep
+}
+
+type refreshItem struct {
 	id    string
-	token string // "" = any incarnation of id
+	token string
 	ttl   time.Duration
 }
 
-type refreshReply struct {
-	held   bool
-	weight int64
-	token  string
-	err    error
+// refreshResult answers one batch: per lease, held or not; per waiter,
+// waiterGone, waiterQueued or waiterFits.
+type refreshResult struct {
+	held  []bool
+	waits []int64
+	err   error
+}
+
+const (
+	waiterGone   = 0
+	waiterQueued = 1
+	waiterFits   = 2 // its permits are free: it should try now
+)
+
+type releaseRequest struct {
+	id, token string
+	own       string // the releasing Client's wake channel
+	wake      bool
+}
+
+type releaseReply struct {
+	freed int64 // 0 when the lease was not held
+	woken []string
+}
+
+type resumeRequest struct {
+	id, token, owner, proposed string
+	ttl                        time.Duration
 }

@@ -20,9 +20,9 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 
 	newSem := func(opts ...limiter.Option) func() error {
-		return func() error { _, err := limiter.NewSemaphore(rdb, "n", 3, opts...); return err }
+		return func() error { _, err := newSemaphore(t, rdb, "n", 3, opts...); return err }
 	}
-	sem, err := limiter.NewSemaphore(rdb, "n", 3)
+	sem, err := newSemaphore(t, rdb, "n", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,13 +39,16 @@ func TestBadInput(t *testing.T) {
 		name, arg string
 		call      func() error
 	}{
-		{"nil client", "rdb", func() error { _, err := limiter.NewSemaphore(nil, "n", 1); return err }},
-		{"typed nil client", "rdb", func() error { _, err := limiter.NewSemaphore(nilClient, "n", 1); return err }},
-		{"nil mutex client", "rdb", func() error { _, err := limiter.NewMutex(nil, "n"); return err }},
-		{"empty name", "name", func() error { _, err := limiter.NewSemaphore(rdb, "", 1); return err }},
-		{"empty mutex name", "name", func() error { _, err := limiter.NewMutex(rdb, ""); return err }},
-		{"limit 0", "limit", func() error { _, err := limiter.NewSemaphore(rdb, "n", 0); return err }},
-		{"negative limit", "limit", func() error { _, err := limiter.NewSemaphore(rdb, "n", -2); return err }},
+		{"nil client", "rdb", func() error { _, err := limiter.New(nil); return err }},
+		{"typed nil client", "rdb", func() error { _, err := limiter.New(nilClient); return err }},
+		{"client option", "TTL", func() error { _, err := limiter.New(rdb, limiter.TTL(-1)); return err }},
+		{"release timeout", "ReleaseTimeout", newSem(limiter.ReleaseTimeout(0))},
+		{"nil ctx", "ctx", func() error { _, err := sem.Acquire(nil); return err }}, //nolint:staticcheck // on purpose
+		{"nil ctx try", "ctx", func() error { _, err := sem.TryAcquire(nil); return err }},
+		{"empty name", "name", func() error { _, err := newSemaphore(t, rdb, "", 1); return err }},
+		{"empty mutex name", "name", func() error { _, err := newMutex(t, rdb, ""); return err }},
+		{"limit 0", "limit", func() error { _, err := newSemaphore(t, rdb, "n", 0); return err }},
+		{"negative limit", "limit", func() error { _, err := newSemaphore(t, rdb, "n", -2); return err }},
 		{"TTL 0", "TTL", newSem(limiter.TTL(0))},
 		{"negative TTL", "TTL", newSem(limiter.TTL(-time.Second))},
 		{"TTL below 1ms", "TTL", newSem(limiter.TTL(time.Microsecond))},

@@ -9,29 +9,47 @@ import (
 	"sync"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter"
 )
 
-// Adopt returns the worker-side middleware (see the package doc). Tasks
-// without a ticket header pass straight through. rdb must reach the
-// scheduler's Redis, with the same key prefix (LimiterOptions).
+// Adopt returns the worker-side middleware (see the package doc), which
+// resumes leases with semaphores of lc. lc must reach the scheduler's
+// Redis, with the same key prefix (LimiterOptions). Tasks without a
+// ticket header pass straight through. A nil lc gives a
+// *limiter.ArgumentError naming it, a bad option the limiter's
+// *ArgumentError, a closed lc limiter.ErrClosed; nothing is sent to Redis.
 //
 // A ticket whose lease is gone makes the task return an error wrapping
 // asynq.SkipRetry and limiter.ErrNotHeld: it is archived, never run. A
 // malformed ticket is skipped the same way. A Redis failure while resuming
-// is returned wrapped, so asynq retries the task.
-func Adopt(rdb redis.UniversalClient, opts ...Option) (asynq.MiddlewareFunc, error) {
-	a := &adopter{rdb: rdb, opts: newOptions(opts), sems: map[string]*limiter.Semaphore{}}
-	if _, err := a.semaphore("probe", 1); err != nil { // validates rdb and options now
+// (wrapped), or limiter.ErrClosed once lc is closed, is returned, so asynq
+// retries the task.
+//
+// The handler runs under the adopted lease (limiter.Lease.Run), kept alive
+// with the WorkerTTL; limiter.LeaseFrom(ctx) gives it the lease, for its
+// fencing token. If the lease is lost, the handler's context is cancelled
+// with cause limiter.ErrLeaseLost and the loss is logged. When the handler
+// returns or panics, the lease is released, whatever it returns and also
+// when asynq has given up on it (its retry cannot resume the same ticket:
+// adopting gave the lease a new token); a failed release is logged and
+// the lock frees at the WorkerTTL. The task returns what the handler
+// returned. Close lc after the asynq server has shut down: its Close
+// releases the leases of handlers still running, cancelling their
+// contexts with cause limiter.ErrNotHeld.
+func Adopt(lc *limiter.Client, opts ...Option) (asynq.MiddlewareFunc, error) {
+	if lc == nil {
+		return nil, &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"}
+	}
+	a := &adopter{lc: lc, opts: newOptions(opts), sems: map[string]*limiter.Semaphore{}}
+	if _, err := a.semaphore("probe", 1); err != nil { // validates the options now
 		return nil, err
 	}
 	return a.wrap, nil
 }
 
 type adopter struct {
-	rdb  redis.UniversalClient
+	lc   *limiter.Client
 	opts options
 	mu   sync.Mutex
 	sems map[string]*limiter.Semaphore
@@ -45,7 +63,7 @@ func (a *adopter) semaphore(name string, limit int64) (*limiter.Semaphore, error
 		return sem, nil
 	}
 	opts := append(slices.Clone(a.opts.limiterOpts), limiter.TTL(a.opts.ttl))
-	sem, err := limiter.NewSemaphore(a.rdb, name, limit, opts...)
+	sem, err := a.lc.Semaphore(name, limit, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -70,36 +88,56 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			return err
 		}
 		a.opts.metrics.add(job, EventAdopted)
-		defer func() {
-			if ctx.Err() != nil {
-				// asynq gave up on this run and may run the task again,
-				// resuming the same ticket: releasing would take the
-				// lock from that run. Let the lease lapse after its TTL.
-				lease.StopRefresh()
-				return
-			}
-			relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opts.release)
-			defer cancel()
-			if err := lease.Release(relCtx); err != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
-				a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", err)
+		defer func() { // also when the handler panicked
+			if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
+				a.opts.logger.Warn("redsem scheduler: lock lost while the job ran", "job", job, "task", t.Type(), "err", lost)
 			}
 		}()
-		runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
-		defer cancel(nil)
-		stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
-		defer stop()
-		return next.ProcessTask(runCtx, t)
+		var herr *handlerError // compared by pointer below, whatever the handler's error type
+		err = lease.Run(ctx, func(ctx context.Context) error {
+			if err := next.ProcessTask(ctx, t); err != nil {
+				herr = &handlerError{err}
+				return herr
+			}
+			return nil
+		})
+		if rerr := added(err, herr); rerr != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
+			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", rerr)
+		}
+		if herr != nil {
+			return herr.err
+		}
+		return nil
 	})
 }
 
-type leaseKey struct{}
+// handlerError carries the handler's error through Lease.Run.
+type handlerError struct{ err error }
 
-// LeaseFrom returns the lease an adopting worker holds for the task being
-// handled, e.g. to pass its fencing token (lease.Token()) to the resource
-// the job writes to.
-func LeaseFrom(ctx context.Context) (*limiter.Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*limiter.Lease)
-	return l, ok
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// added returns what Lease.Run joined to the handler's error herr (nil if
+// the handler returned nil): a failed release, when the lease was not
+// lost. Nil when nothing was added.
+func added(err error, herr *handlerError) error {
+	var own error
+	if herr != nil {
+		own = herr
+	}
+	if err == own {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if e != own {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	return err
 }
 
 func (a *adopter) resume(ctx context.Context, text, limitText string) (*limiter.Lease, error) {

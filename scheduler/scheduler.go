@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
 	"github.com/redsem/redsem/limiter"
@@ -60,7 +59,6 @@ type options struct {
 	logger      *slog.Logger
 	limiterOpts []limiter.Option
 	ttl         time.Duration // Adopt: the worker's TTL
-	release     time.Duration
 }
 
 // Location sets the time zone of cron specs (default time.Local).
@@ -73,29 +71,36 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 // slog.Default()).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// LimiterOptions passes options to every lock (e.g. limiter.Prefix); the
-// scheduler and the workers must agree on the prefix.
+// LimiterOptions passes options to every lock (e.g. limiter.Prefix,
+// limiter.ReleaseTimeout); they override the options the limiter.Client
+// was made with. The scheduler and the workers must agree on the prefix. A
+// bad option makes Adopt, Register or Enqueue return the limiter's
+// *ArgumentError.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
 // WorkerTTL sets the TTL an adopting worker keeps the lease with (default
-// limiter.DefaultTTL); it is refreshed while the handler runs.
+// limiter.DefaultTTL); it is refreshed while the handler runs, and bounds
+// how long a crashed worker keeps the lock.
 func WorkerTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 func newOptions(opts []Option) options {
-	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL, release: 5 * time.Second}
+	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL}
 	for _, fn := range opts {
 		if fn != nil {
 			fn(&o)
 		}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
 	}
 	return o
 }
 
 // Scheduler runs jobs on their cron schedules; see the package doc.
 type Scheduler struct {
-	rdb    redis.UniversalClient
+	lc     *limiter.Client
 	client *asynq.Client
 	opts   options
 	cron   *cron.Cron
@@ -105,9 +110,19 @@ type Scheduler struct {
 	locks map[string]*limiter.Semaphore
 }
 
-// New returns a Scheduler that takes locks on rdb and enqueues with
-// client. Nothing runs until Start.
-func New(rdb redis.UniversalClient, client *asynq.Client, opts ...Option) (*Scheduler, error) {
+// New returns a Scheduler that takes locks with semaphores of lc and
+// enqueues with client. Nothing runs until Start. A nil lc or client, or a
+// nil Location, gives a *limiter.ArgumentError naming it.
+//
+// Close lc only once Stop's context is done: ticks after Close fail with
+// limiter.ErrClosed (logged, nothing enqueued). Note that Close releases
+// every lease lc still tracks, which includes the locks of ticks enqueued
+// within their TTL that no worker has adopted yet: those tasks are then
+// skipped rather than run.
+func New(lc *limiter.Client, client *asynq.Client, opts ...Option) (*Scheduler, error) {
+	if lc == nil {
+		return nil, &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"}
+	}
 	if client == nil {
 		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
 	}
@@ -117,13 +132,16 @@ func New(rdb redis.UniversalClient, client *asynq.Client, opts ...Option) (*Sche
 	}
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	return &Scheduler{
-		rdb: rdb, client: client, opts: o, parser: parser, locks: map[string]*limiter.Semaphore{},
+		lc: lc, client: client, opts: o, parser: parser, locks: map[string]*limiter.Semaphore{},
 		cron: cron.New(cron.WithLocation(o.location), cron.WithParser(parser)),
 	}, nil
 }
 
-// Register adds a job; a bad spec or job is an error naming the field.
-// Jobs may be registered before or after Start.
+// Register adds a job; a bad spec or job is a *limiter.ArgumentError
+// naming the field (a closed lc: limiter.ErrClosed). Jobs may be
+// registered before or after Start. Each tick is bounded by the job's TTL;
+// a busy lock, a duplicate tick, a Redis or enqueue failure is logged and
+// counted, not returned.
 func (s *Scheduler) Register(job Job) error {
 	job, err := s.check(job)
 	if err != nil {
@@ -146,11 +164,12 @@ func (s *Scheduler) Register(job Job) error {
 	return err
 }
 
-// Start runs the schedules in the background.
+// Start runs the schedules in the background, until Stop.
 func (s *Scheduler) Start() { s.cron.Start() }
 
 // Stop stops the schedules; the returned context is done once running
-// ticks have finished.
+// ticks have finished. Close the limiter Client after that. Locks already
+// handed to workers stay theirs.
 func (s *Scheduler) Stop() context.Context { return s.cron.Stop() }
 
 func (s *Scheduler) check(job Job) (Job, error) {
@@ -190,7 +209,7 @@ func (s *Scheduler) lock(job Job) (*limiter.Semaphore, error) {
 		return sem, nil
 	}
 	opts := append(slices.Clone(s.opts.limiterOpts), limiter.TTL(job.TTL), limiter.RefreshInterval(0))
-	sem, err := limiter.NewSemaphore(s.rdb, job.Lock, job.Limit, opts...)
+	sem, err := s.lc.Semaphore(job.Lock, job.Limit, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +236,13 @@ func (s *Scheduler) tick(job Job, at time.Time) {
 }
 
 // Enqueue runs one tick of job now, outside any schedule: it takes the
-// lock or returns an error matching limiter.ErrBusy, then enqueues the
-// task carrying the ticket. If the enqueue fails, the lock is released and
-// the error returned.
+// lock (never waiting) or returns an error matching limiter.ErrBusy, then
+// enqueues the task carrying the ticket and leaves the lock to the worker
+// that adopts it (it lapses at the job's TTL if none does). ctx bounds
+// both calls: if it ends, or Redis fails, the error is returned wrapped
+// and nothing is enqueued. If the enqueue fails, the lock is released
+// (detached from ctx) and the error returned. A bad job is a
+// *limiter.ArgumentError; a closed lc gives limiter.ErrClosed.
 func (s *Scheduler) Enqueue(ctx context.Context, job Job) (*asynq.TaskInfo, error) {
 	job, err := s.check(job)
 	if err != nil {
@@ -256,9 +279,8 @@ func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq
 	info, err := s.client.EnqueueContext(ctx, task, opts...)
 	if err != nil {
 		s.opts.metrics.add(job.Name, EventEnqueueFailed)
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.release)
-		defer cancel()
-		if rerr := lease.Release(relCtx); rerr != nil {
+		// Detached from ctx, bounded by the limiter's ReleaseTimeout.
+		if rerr := lease.Release(ctx); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return nil, fmt.Errorf("redsem scheduler: enqueue %s: %w", job.Name, err)

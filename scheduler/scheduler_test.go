@@ -19,6 +19,7 @@ import (
 type env struct {
 	addr    string
 	rdb     *redis.Client
+	lc      *limiter.Client // the test process's
 	client  *asynq.Client
 	insp    *asynq.Inspector
 	metrics *scheduler.Collector
@@ -29,13 +30,34 @@ func newEnv(t *testing.T) env {
 	e := env{addr: srv.Addr(), rdb: srv.Client(t), metrics: scheduler.NewCollector(),
 		client: asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()}),
 		insp:   asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})}
+	e.lc = newLimiter(t, e.rdb)
 	t.Cleanup(func() { e.client.Close(); e.insp.Close() })
 	return e
 }
 
-// worker runs an asynq server whose handlers go through Adopt.
+// newLimiter returns a limiter Client of rdb, closed at cleanup: before
+// rdb (cleanups run last-in first-out), after what is registered later
+// (asynq servers).
+func newLimiter(t *testing.T, rdb redis.UniversalClient) *limiter.Client {
+	t.Helper()
+	c, err := limiter.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("limiter Client.Close: %v", err)
+		}
+	})
+	return c
+}
+
+// worker runs an asynq server whose handlers go through Adopt, with its
+// own limiter Client, as a worker process would.
 func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option) {
-	mw, err := scheduler.Adopt(e.rdb, append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
+	mw, err := scheduler.Adopt(newLimiter(t, e.rdb), append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,17 +71,23 @@ func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option)
 func TestHandoffToWorker(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s, err := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	s, err := scheduler.New(e.lc, e.client, scheduler.Metrics(e.metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
 	job := scheduler.Job{Name: "export", TaskType: "export", TTL: 30 * time.Second}
-	lock, _ := limiter.NewMutex(e.rdb, "export")
+	lock, _ := e.lc.Mutex("export")
 	release := make(chan struct{})
-	held := make(chan int, 1)
+	held := make(chan []limiter.Holder, 1)
+	tokens := make(chan int64, 1)
 	e.worker(t, func(ctx context.Context, task *asynq.Task) error {
 		hs, _ := lock.Holders(ctx)
-		held <- len(hs)
+		held <- hs
+		if l, ok := limiter.LeaseFrom(ctx); ok {
+			tokens <- l.Token()
+		} else {
+			tokens <- 0
+		}
 		<-release
 		return nil
 	})
@@ -67,8 +95,12 @@ func TestHandoffToWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := <-held; n != 1 {
-		t.Fatalf("%d holders of the lock while the adopted handler runs", n)
+	hs := <-held
+	if len(hs) != 1 {
+		t.Fatalf("%d holders of the lock while the adopted handler runs", len(hs))
+	}
+	if tok := <-tokens; tok != hs[0].Token || tok == 0 {
+		t.Fatalf("limiter.LeaseFrom in the handler: token %d, want the adopted lease's %d", tok, hs[0].Token)
 	}
 	if _, err := s.Enqueue(ctx, job); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("second run while the first holds the lock: want ErrBusy, got %v", err)
@@ -90,7 +122,7 @@ func TestHandoffToWorker(t *testing.T) {
 func TestExpiredTicketIsSkipped(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s, _ := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	s, _ := scheduler.New(e.lc, e.client, scheduler.Metrics(e.metrics))
 	info, err := s.Enqueue(ctx, scheduler.Job{Name: "late", TaskType: "late", TTL: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +145,7 @@ func TestExpiredTicketIsSkipped(t *testing.T) {
 func TestLostLockCancelsHandler(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s, _ := scheduler.New(e.rdb, e.client, scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
+	s, _ := scheduler.New(e.lc, e.client, scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
 	cause := make(chan error, 1)
 	started := make(chan struct{})
 	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
@@ -138,6 +170,37 @@ func TestLostLockCancelsHandler(t *testing.T) {
 	}
 }
 
+// A handler that outlives its context (asynq gave up on it at its
+// deadline) releases the lock when it returns, not at the worker's TTL.
+func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s, _ := scheduler.New(e.lc, e.client)
+	returned := make(chan struct{})
+	var runs atomic.Int64
+	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
+		if runs.Add(1) == 1 {
+			time.Sleep(2 * time.Second) // ignores its 1s deadline
+			close(returned)
+		}
+		return nil
+	})
+	// asynq counts timeouts in whole seconds; WorkerTTL is 10s.
+	if _, err := s.Enqueue(ctx, scheduler.Job{Name: "zombie", TaskType: "zombie", Options: []asynq.Option{asynq.Timeout(time.Second)}}); err != nil {
+		t.Fatal(err)
+	}
+	<-returned
+	back := time.Now()
+	lock, _ := e.lc.Mutex("zombie")
+	redistest.Eventually(t, 10*time.Second, "the lock is released", func() bool {
+		n, _ := lock.Available(ctx)
+		return n == 1
+	})
+	if took := time.Since(back); took > 3*time.Second {
+		t.Fatalf("lock free %v after the handler returned: it lapsed rather than being released", took)
+	}
+}
+
 // A job every second whose handler takes 2.5s: ticks are skipped while a
 // run holds the lock, and runs never overlap.
 func TestCronSkipsWhileHeld(t *testing.T) {
@@ -152,7 +215,7 @@ func TestCronSkipsWhileHeld(t *testing.T) {
 		running.Add(-1)
 		return nil
 	})
-	s, _ := scheduler.New(e.rdb, e.client, scheduler.Metrics(e.metrics))
+	s, _ := scheduler.New(e.lc, e.client, scheduler.Metrics(e.metrics))
 	if err := s.Register(scheduler.Job{Name: "tick", Spec: "* * * * * *", TaskType: "tick", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +235,8 @@ func TestBadJobs(t *testing.T) {
 	defer rdb.Close()
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	s, err := scheduler.New(rdb, client)
+	lc := newLimiter(t, rdb)
+	s, err := scheduler.New(lc, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,17 +251,24 @@ func TestBadJobs(t *testing.T) {
 	for name, job := range cases {
 		s := s
 		if name == "prefix {}" {
-			s, _ = scheduler.New(rdb, client, scheduler.LimiterOptions(limiter.Prefix("{")))
+			s, _ = scheduler.New(lc, client, scheduler.LimiterOptions(limiter.Prefix("{")))
 		}
 		if err := s.Register(job); !errors.Is(err, limiter.ErrInvalidArgument) {
 			t.Errorf("%s: want an invalid-argument error, got %v", name, err)
 		}
 	}
-	if _, err := scheduler.New(rdb, nil); !errors.Is(err, limiter.ErrInvalidArgument) {
-		t.Errorf("nil client: %v", err)
+	var arg *limiter.ArgumentError
+	if _, err := scheduler.New(lc, nil); !errors.As(err, &arg) || arg.Arg != "client" {
+		t.Errorf("nil asynq client: %v", err)
 	}
-	if _, err := scheduler.Adopt(nil); !errors.Is(err, limiter.ErrInvalidArgument) {
-		t.Errorf("nil rdb in Adopt: %v", err)
+	if _, err := scheduler.New(nil, client); !errors.As(err, &arg) || arg.Arg != "lc" {
+		t.Errorf("nil limiter client: %v", err)
+	}
+	if _, err := scheduler.Adopt(nil); !errors.As(err, &arg) || arg.Arg != "lc" {
+		t.Errorf("nil limiter client in Adopt: %v", err)
+	}
+	if _, err := scheduler.Adopt(lc, scheduler.WorkerTTL(-1)); !errors.As(err, &arg) || arg.Arg != "TTL" {
+		t.Errorf("bad WorkerTTL: %v", err)
 	}
 }
 
@@ -220,7 +291,7 @@ func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 	for i := range 2 {
 		client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
 		defer client.Close()
-		s, _ := scheduler.New(e.rdb, client)
+		s, _ := scheduler.New(newLimiter(t, e.rdb), client) // each its own process
 		if err := s.Register(job); err != nil {
 			t.Fatal(err)
 		}

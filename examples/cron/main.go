@@ -22,6 +22,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/scheduler"
 )
 
@@ -46,6 +47,14 @@ func run(addr string, runFor time.Duration) error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
+	// One limiter Client per process (here the cron process and the worker
+	// share one). Deferred calls run last-in first-out: it closes after
+	// the worker shut down (below) and before rdb.
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer lc.Close(context.Background())
 	start := time.Now()
 	say := func(format string, a ...any) {
 		fmt.Printf("%5.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, a...))
@@ -53,14 +62,14 @@ func run(addr string, runFor time.Duration) error {
 	quiet := slog.New(slog.DiscardHandler)
 
 	// Worker side: adopt the lock, keep it alive while the export runs.
-	adopt, err := scheduler.Adopt(rdb, scheduler.WorkerTTL(3*time.Second), scheduler.Logger(quiet))
+	adopt, err := scheduler.Adopt(lc, scheduler.WorkerTTL(3*time.Second), scheduler.Logger(quiet))
 	if err != nil {
 		return err
 	}
 	var runs, running, peak atomic.Int64
 	worker := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
 	if err := worker.Start(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		lease, _ := scheduler.LeaseFrom(ctx)
+		lease, _ := limiter.LeaseFrom(ctx)
 		n := runs.Add(1)
 		now := running.Add(1)
 		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
@@ -84,7 +93,7 @@ func run(addr string, runFor time.Duration) error {
 	metrics := scheduler.NewCollector()
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
 	defer client.Close()
-	s, err := scheduler.New(rdb, client, scheduler.Metrics(metrics), scheduler.Logger(quiet))
+	s, err := scheduler.New(lc, client, scheduler.Metrics(metrics), scheduler.Logger(quiet))
 	if err != nil {
 		return err
 	}

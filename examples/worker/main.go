@@ -83,6 +83,14 @@ func run(addr string, servers, concurrency, tasks int, limit int64, metricsAddr 
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
+	// One limiter Client per process. Deferred calls run last-in
+	// first-out: it closes after the asynq servers shut down (below) and
+	// before rdb.
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer lc.Close(context.Background())
 
 	reg := prometheus.NewRegistry()
 	mwMetrics, semMetrics := asynqmw.NewCollector(), limiter.NewCollector()
@@ -94,7 +102,7 @@ func run(addr string, servers, concurrency, tasks int, limit int64, metricsAddr 
 	go http.Serve(ln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	// Every task type under "partner:" shares one fleet-wide cap.
-	mw, err := asynqmw.New(rdb, []asynqmw.Rule{
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{
 		{Name: "partner-api", TypePrefix: "partner:", Limit: limit, MaxWait: 150 * time.Millisecond},
 	}, asynqmw.Metrics(mwMetrics), asynqmw.LimiterOptions(limiter.Metrics(semMetrics)),
 		asynqmw.Logger(slog.New(slog.DiscardHandler)))

@@ -1,0 +1,286 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client owns everything of redsem that outlives one call, for one Redis
+// deployment (or one Redlock node set): the refresher that keeps its
+// leases and queue entries alive, the one pub/sub subscription (one
+// connection per node) that delivers wake-ups for every name it waits on,
+// and the leases it holds. Semaphores and mutexes made from it are cheap
+// values. Make one per deployment and process, and Close it when done.
+// A Client is safe for concurrent use.
+type Client struct {
+	st      store
+	cfg     config // defaults of its semaphores
+	id      string // owner of its leases in Redis
+	channel string // where releases wake its waiters
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine it started
+
+	refresher *refresher
+	hub       *hub
+
+	mu     sync.Mutex // guards closed, leases and the refresher's state
+	closed bool
+	leases map[leaseKey]*Lease // live leases: one holder per id
+	asking map[leaseKey]int    // attempts and releases in flight, per given id
+	// unsure lists given ids whose last attempt got no reply: Redis may
+	// hold a lease of the id for this Client that no Lease stands for.
+	unsure map[leaseKey]bool
+	// reclaiming holds, per id, the one attempt allowed to take such a
+	// lease back; other attempts of the id wait for it to finish.
+	reclaiming map[leaseKey]chan struct{}
+}
+
+type leaseKey struct{ keys, id string }
+
+// ErrClosed is returned by calls on a Client (or its semaphores) after
+// Close, and ends the waits that Close interrupts.
+var ErrClosed = errors.New("limiter: client closed")
+
+// New returns a Client of rdb: a plain, Sentinel failover or Cluster
+// client of go-redis, which the Client uses but does not close. The
+// options are the defaults of every semaphore made from it. Invalid
+// arguments give an *ArgumentError naming them. Nothing is sent to Redis
+// until a semaphore is used.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if isNil(rdb) {
+		return nil, argError("rdb", rdb, "must not be nil")
+	}
+	return newClient(opts, func(*config) store { return &redisStore{rdb: rdb, fifo: true} })
+}
+
+func newClient(opts []Option, open func(*config) store) (*Client, error) {
+	cfg, err := defaultConfig().with(opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, id: uuid.NewString(), leases: map[leaseKey]*Lease{}, asking: map[leaseKey]int{},
+		unsure: map[leaseKey]bool{}, reclaiming: map[leaseKey]chan struct{}{}}
+	c.channel = cfg.prefix + "wake:" + c.id
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.st = open(&c.cfg)
+	c.refresher = newRefresher(c)
+	c.hub = newHub(c)
+	return c, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// Semaphore returns the semaphore of limit permits named name. The
+// Client's options apply, then opts. Invalid arguments give an
+// *ArgumentError naming them; after Close, ErrClosed. Nothing is sent to
+// Redis.
+func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore, error) {
+	if name == "" {
+		return nil, argError("name", `""`, "must not be empty")
+	}
+	if limit < 1 || limit > maxLimit {
+		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
+	}
+	cfg, err := c.cfg.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.Err() != nil {
+		return nil, ErrClosed
+	}
+	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: newKeyspace(cfg.prefix, name, limit)}, nil
+}
+
+// Mutex returns the mutex named name: a Semaphore of one permit.
+func (c *Client) Mutex(name string, opts ...Option) (*Mutex, error) {
+	s, err := c.Semaphore(name, 1, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Mutex{s}, nil
+}
+
+// Done is closed when Close begins.
+func (c *Client) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err returns ErrClosed once Close began, else nil.
+func (c *Client) Err() error {
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close ends every wait of the Client with ErrClosed, releases every
+// lease it holds (bounded by ctx: a lease whose release does not finish
+// in time comes back at its TTL), closes its pub/sub connections and
+// returns once every goroutine it started has exited, or ctx ended. It
+// returns the releases' failures joined, or ctx's error. Later calls
+// return nil at once; the go-redis client is left open.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := slices.Collect(mapValues(c.leases))
+	c.mu.Unlock()
+	c.cancel() // ends waits, the refresher and the subscription
+
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	todo := make(chan *Lease)
+	for range min(len(held), 16) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range todo {
+				if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, l := range held {
+		if l.isHandedOff() {
+			continue
+		}
+		if ctx.Err() != nil {
+			l.end(errReleased, false) // left to its TTL
+			continue
+		}
+		todo <- l
+	}
+	close(todo)
+	wg.Wait()
+
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("limiter: close: %w", context.Cause(ctx)))
+	}
+	return errors.Join(errs...)
+}
+
+func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
+	return func(yield func(V) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// spawn runs fn in a goroutine that Close waits for.
+func (c *Client) spawn(fn func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
+func (c *Client) track(l *Lease) {
+	c.mu.Lock()
+	c.leases[leaseKey{l.sem.keys.id(), l.id}] = l
+	c.mu.Unlock()
+}
+
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	k := leaseKey{l.sem.keys.id(), l.id}
+	if c.leases[k] == l {
+		delete(c.leases, k)
+	}
+	c.mu.Unlock()
+}
+
+// ask registers an attempt with a given id and says whether it may take
+// back a lease of that id that Redis says is this Client's: only after an
+// attempt got no reply (the lease it may have made has no Lease), when no
+// live Lease has the id and nothing else of the id is in flight. While
+// such an attempt is out, other attempts of the id wait: one of them could
+// otherwise create the lease that the reclaim then hands out a second
+// time. done(err) unregisters the attempt with its outcome.
+func (c *Client) ask(ctx context.Context, k keyspace, id string) (reclaim bool, done func(error), err error) {
+	key := leaseKey{k.id(), id}
+	c.mu.Lock()
+	for c.reclaiming[key] != nil {
+		ch := c.reclaiming[key]
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false, nil, context.Cause(ctx)
+		}
+		c.mu.Lock()
+	}
+	reclaim = c.unsure[key] && c.leases[key] == nil && c.asking[key] == 0
+	var ch chan struct{}
+	if reclaim {
+		ch = make(chan struct{})
+		c.reclaiming[key] = ch
+	}
+	c.asking[key]++
+	c.mu.Unlock()
+	return reclaim, func(err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.asking[key]--; c.asking[key] == 0 {
+			delete(c.asking, key)
+		}
+		switch {
+		case err != nil:
+			c.unsure[key] = true
+		case reclaim:
+			delete(c.unsure, key)
+		}
+		if ch != nil {
+			delete(c.reclaiming, key)
+			close(ch)
+		}
+	}, nil
+}
+
+// releasing keeps attempts of the lease's id from reclaiming it while its
+// release is on the way: until Redis removed it, it is not theirs.
+func (c *Client) releasing(l *Lease) (done func()) {
+	key := leaseKey{l.sem.keys.id(), l.id}
+	c.mu.Lock()
+	c.asking[key]++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.asking[key]--; c.asking[key] == 0 {
+			delete(c.asking, key)
+		}
+	}
+}
+
+// releaseTimeoutDefault bounds a release that Do, Run or Release make on
+// their own: a release that cannot finish lets the lease lapse at its TTL.
+const releaseTimeoutDefault = time.Second

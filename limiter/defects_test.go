@@ -1,0 +1,210 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// An acquire whose reply comes after the lease's local deadline must not
+// hand out a lease that is already lost, nor keep refreshing it: the
+// permit is given back.
+func TestLateReplyGivesThePermitBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := newMutex(t, rdb, "late", limiter.TTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := sem.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded, connection up
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Resume(t)
+	}()
+	l, err := sem.TryAcquire(ctx)
+	if err == nil {
+		t.Fatalf("a lease granted after its local deadline was handed out (Err %v)", l.Err())
+	}
+	if !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("late reply: %v, want ErrLeaseLost", err)
+	}
+	srv.ResetStats(t)
+	redistest.Eventually(t, 5*time.Second, "the permit given back", func() bool {
+		n, err := sem.Available(ctx)
+		return err == nil && n == 1
+	})
+	time.Sleep(300 * time.Millisecond)
+	if calls := srv.CommandCalls(t); calls["evalsha"]+calls["eval"] > 20 {
+		t.Fatalf("%d script calls in ~0.3s after the late reply: something keeps refreshing", calls["evalsha"]+calls["eval"])
+	}
+}
+
+// Release with a cancelled ctx still gives the permits back.
+func TestReleaseWithCancelledContext(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 10*time.Second)
+		sem, _ := newSemaphore(t, b.client(t), uniqueName(b, "cancelled"), 2)
+		l, err := sem.Acquire(ctx, limiter.Weight(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := l.Release(done); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := sem.Available(ctx); err != nil || n != 2 {
+			t.Fatalf("available %d, %v after Release with a cancelled ctx; want 2", n, err)
+		}
+	})
+}
+
+// One script call drops a bounded number of expired leases, however many
+// piled up.
+func TestSweepIsBounded(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 60*time.Second)
+	const expired = 20000
+	leases, state := "redsem:{sweep}:leases", "redsem:{sweep}:state"
+	pipe := rdb.Pipeline()
+	for i := range expired {
+		id := fmt.Sprintf("dead-%d", i)
+		pipe.ZAdd(ctx, leases, redis.Z{Score: 1000, Member: id})
+		pipe.HSet(ctx, state, ":"+id, "1:1:gone")
+	}
+	pipe.HSet(ctx, state, "total", expired)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := newSemaphore(t, rdb, "sweep", 3)
+	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("with %d permits counted in use: %v", expired, err)
+	}
+	left, err := rdb.ZCount(ctx, leases, "-inf", "2000").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped := expired - left; dropped == 0 || dropped > 1000 {
+		t.Fatalf("one acquire dropped %d expired leases; want a bounded, non-zero number", dropped)
+	}
+	// Repeated calls get through the backlog.
+	redistest.Eventually(t, 30*time.Second, "the backlog swept", func() bool {
+		_, err := sem.TryAcquire(ctx)
+		return err == nil
+	})
+}
+
+// With only the keep-alive member left in the leases set (the state hash
+// still counting permits, as after an eviction), the retry hint stays
+// sane: no sentinel arithmetic reaches Go.
+func TestRetryHintWithOnlyTheKeepAliveMember(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb.ZAdd(ctx, "redsem:{hint}:leases", redis.Z{Score: 1e300, Member: ""})
+	rdb.HSet(ctx, "redsem:{hint}:state", "total", 1)
+	sem, _ := newMutex(t, rdb, "hint", limiter.TTL(time.Second))
+	_, err := sem.TryAcquire(ctx)
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if busy.RetryIn <= 0 || busy.RetryIn > time.Second {
+		t.Fatalf("RetryIn %v, want within (0, TTL]", busy.RetryIn)
+	}
+}
+
+// Do reports a loss whatever fn returns, and does not block long on the
+// release when Redis is unreachable.
+func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	sem, _ := newMutex(t, rdb, "doloss", limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(50*time.Millisecond))
+	err := sem.Do(ctx, func(ctx context.Context) error {
+		l, ok := limiter.LeaseFrom(ctx)
+		if !ok || l.Token() <= 0 {
+			t.Error("no lease in Do's context")
+		}
+		rdb.Del(ctx, "redsem:{doloss}:leases", "redsem:{doloss}:state")
+		<-ctx.Done()
+		return ctx.Err() // what most code returns
+	})
+	if !errors.Is(err, limiter.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do after a loss: %v, want ErrLeaseLost joined with fn's error", err)
+	}
+
+	slow, _ := newMutex(t, rdb, "doslow", limiter.TTL(10*time.Second), limiter.ReleaseTimeout(200*time.Millisecond))
+	var returned time.Time
+	start := time.Now()
+	err = slow.Do(ctx, func(ctx context.Context) error {
+		srv.Pause(t)
+		returned = time.Now()
+		return nil
+	})
+	took := time.Since(returned)
+	srv.Resume(t)
+	if err == nil {
+		t.Fatal("Do with an unreachable Redis at release: no error")
+	}
+	if took > 2*time.Second {
+		t.Fatalf("Do blocked %v on the release (ReleaseTimeout 200ms); started %v ago", took, time.Since(start))
+	}
+}
+
+// 10,000 leases of one name held by one Client are kept alive by a few
+// script calls per round, not one per lease.
+func TestRefreshInBulk(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 16 })
+	ctx := ctxT(t, 120*time.Second)
+	const leases = 10000
+	const interval = 2 * time.Second
+	sem, _ := newSemaphore(t, rdb, "bulk", leases, limiter.TTL(8*time.Second), limiter.RefreshInterval(interval))
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < leases; i += 16 {
+				if _, err := sem.TryAcquire(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	time.Sleep(2 * interval)
+	calls := srv.CommandCalls(t)
+	scripts := calls["evalsha"] + calls["eval"]
+	if scripts > 40 {
+		t.Fatalf("%d script calls to keep %d leases alive for two rounds; want a few per round", scripts, leases)
+	}
+	if calls["zadd"] == 0 {
+		t.Fatal("no refresh happened at all: the test proves nothing")
+	}
+	if n, _ := sem.Available(ctx); n != 0 {
+		t.Fatalf("available %d, want every lease still held", n)
+	}
+	t.Logf("%d script calls (%v) kept %d leases alive for %v", scripts, calls, leases, 2*interval)
+}

@@ -1,0 +1,122 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// maxFallbackWait caps how long the head waiter sleeps without a wake-up
+// (it polls for leases that expire rather than being released).
+const maxFallbackWait = 2 * time.Second
+
+var errAcquireTimeout = errors.New("acquire timeout")
+
+// wait is Acquire's loop. The waiter joins the semaphore's queue in Redis
+// with its first attempt and is woken by the release (or the departure)
+// that makes room for it, in any process. Only the waiter at the head
+// also sets a timer, for leases that expire without a release; the
+// others rely on the wake-up, and on the refresher's keep-alive of their
+// queue entry, which also reports a turn whose wake-up was lost.
+func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time) (*Lease, error) {
+	parent := ctx
+	if s.cfg.acquireTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
+		defer cancel()
+	}
+	c := s.c
+	subscribed := true
+	if err := c.hub.ready(ctx); err != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return nil, s.gaveUp(parent, ctx, r, acquireReply{}, 0, start, err)
+		}
+		subscribed = false
+		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
+	}
+	w := c.hub.add(s)
+	r.wait = w.id
+	queued := false
+	defer func() {
+		c.refresher.remove(w)
+		c.hub.remove(w)
+		if queued {
+			s.leave(w.id)
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	for attempt := 1; ; attempt++ {
+		l, rep, err := s.attempt(ctx, r)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, nil)
+		case err != nil:
+			return nil, err
+		case l != nil:
+			queued = false // the grant took it out of the queue
+			return l, nil
+		}
+		if !queued {
+			queued = true
+			c.refresher.addWaiter(w)
+		}
+		if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
+			return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
+				Attempts: attempt, Waited: time.Since(start), timedOut: true}
+		}
+		var fallback <-chan time.Time
+		if rep.head || !subscribed {
+			timer.Reset(fallbackWait(rep.retryIn))
+			fallback = timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-fallback:
+		case <-ctx.Done():
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, nil)
+		case <-c.ctx.Done():
+			return nil, fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
+		}
+		if fallback != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// leave takes a waiter that gave up out of the queue and passes its turn
+// on, detached from the caller's context (which may be what ended).
+func (s *Semaphore) leave(wait string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
+	defer cancel()
+	woken, err := within(ctx, s.c.spawn, func() ([]string, error) { return s.c.st.leave(ctx, s.keys, wait, s.c.channel) })
+	if err != nil {
+		// The entry expires by itself within queueTTL.
+		s.cfg.logger.Debug("redsem: leaving the queue failed", "name", s.name, "err", err)
+	}
+	s.c.hub.wake(woken)
+}
+
+// gaveUp reports why a wait ended: our own timeout, the Client's Close,
+// or the caller's ctx.
+func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep acquireReply, attempts int, start time.Time, err error) error {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
+	case parent.Err() == nil && errors.Is(context.Cause(ctx), errAcquireTimeout):
+		return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
+			Attempts: attempts, Waited: time.Since(start), timedOut: true}
+	}
+	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(parent))
+}
+
+func fallbackWait(retryIn time.Duration) time.Duration {
+	d := min(retryIn, maxFallbackWait) + time.Millisecond
+	return d + rand.N(d/5+1)
+}
