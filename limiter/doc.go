@@ -1,22 +1,34 @@
 // Package limiter provides distributed semaphores and mutexes on Redis.
 //
-// A Semaphore named N with limit L lets at most L permits be held at once
-// by every process that uses the same Redis and name; a Mutex is a
-// Semaphore of one permit. Each acquisition is a Lease: an id, a weight
-// (permits), a fencing token and an expiry on the Redis server's clock.
+// Make one Client per Redis deployment (New) or per set of independent
+// nodes (NewRedlock) and process, and Close it when done: it owns the
+// keep-alive of every lease and queue entry, the one pub/sub subscription
+// (one connection per node) that delivers wake-ups for every name it waits
+// on, and the leases it holds. A Semaphore named N with limit L, made by
+// Client.Semaphore, lets at most L permits be held at once by every process
+// that uses the same Redis and name; a Mutex is a Semaphore of one permit.
+// Each acquisition is a Lease: an id, a weight (permits), a fencing token
+// and an expiry on the Redis server's clock.
 //
 // # Guarantees
 //
 //   - Never more than the limit: acquire is one Lua script that drops
 //     expired leases and grants only if the permits fit.
+//   - First come, first served across processes: a request that does not
+//     fit, or finds others waiting, joins the semaphore's queue in Redis
+//     and is granted in arrival order. A heavy request at the head is not
+//     overtaken by lighter ones, so it cannot starve. A waiter that gives
+//     up leaves and passes its turn on; a dead process's waiters leave the
+//     queue by themselves within a few seconds.
 //   - Each lease has its own expiry (a sorted-set score, not a key TTL), so
 //     holders with different TTLs never evict each other, and a crashed
-//     holder's permits come back after its TTL.
+//     holder's permits come back after its TTL. Refresh never shortens it.
 //   - Fencing tokens are strictly increasing per name, also after every
 //     key of the name expired: a token is never below the server's time in
-//     microseconds. No key lives forever.
-//   - Acquiring with the same ID is idempotent: a retried task keeps its
-//     one permit.
+//     microseconds. Resume (a handover) issues a new one.
+//   - One lease id, one holder: a second acquisition with the id of a live
+//     lease waits its turn. Only the same Client retrying after a lost
+//     reply gets its lease back.
 //   - A holder learns of loss before anyone else can be granted its
 //     permits: its local deadline ends before Redis' expiry, even while
 //     Redis is unreachable.
@@ -24,22 +36,26 @@
 // # Cost
 //
 // An uncontended Acquire or TryAcquire is one round trip, Release one more.
-// Waiting sends no commands while nothing changes: releases publish on the
-// semaphore's channel (sharded pub/sub on Cluster), each process keeps one
-// subscription per name for all its waiters and wakes only as many as
-// permits were freed; a timer set to the earliest lease expiry covers
-// expiries and lost messages. Held leases are refreshed by one goroutine
-// per client, in one pipeline per round.
+// Waiting sends nothing but the Client's keep-alive of its queue entries,
+// one script call per waited-on name and second: a release wakes exactly
+// the waiters that now fit (by publishing on their Client's channel, or
+// directly when they are the releaser's own), and nobody when nobody
+// waits. Held leases are refreshed in bulk: one script call per semaphore
+// (per 2,000 leases) for all the leases of a Client that fall due
+// together.
 //
 // # Deployments
 //
 // Any redis.UniversalClient: a single node, a Sentinel failover client, or
 // a Cluster client (all keys of a name share one hash tag, even when the
-// name contains braces). Redis failover can lose recently written leases;
-// where that matters, use a quorum of independent nodes.
+// name contains braces; wake-ups use plain PUBLISH, which a Cluster
+// forwards to every node, so one connection hears all). Redis failover can
+// lose recently written leases; where that matters, use a quorum of
+// independent nodes.
 //
 // go-redis applies a context's deadline to the socket only with
 // ContextTimeoutEnabled; without it a call to an unresponsive Redis waits
-// for ReadTimeout. Background refreshes and quorum calls are bounded here
-// regardless, and a lease's loss is reported from its local deadline.
+// for ReadTimeout. Background refreshes, releases and quorum calls are
+// bounded here regardless, and a lease's loss is reported from its local
+// deadline.
 package limiter

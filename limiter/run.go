@@ -8,18 +8,17 @@ import (
 type leaseCtxKey struct{}
 
 // LeaseFrom returns the lease that the work running under ctx holds: in
-// Do's fn, in Run's fn and in the handlers of asynqmw, scheduler and the
-// HTTP middleware. Use its Token to fence writes.
+// Do's fn, in Run's fn and in the handlers of asynqmw and
+// scheduler. Use its Token to fence writes.
 func LeaseFrom(ctx context.Context) (*Lease, bool) {
 	l, ok := ctx.Value(leaseCtxKey{}).(*Lease)
 	return l, ok
 }
 
 // Run runs fn under the lease, once, and then releases it: the one way
-// work runs under a lease in redsem (Do, asynqmw, scheduler and the HTTP
-// middleware use it). fn's context is ctx, cancelled with cause
-// ErrLeaseLost as soon as the lease is lost, and carries the lease
-// (LeaseFrom). When fn returns, or panics (the panic goes on after the
+// work runs under a lease in redsem (Do, asynqmw and scheduler use it).
+// fn's context is ctx, cancelled with cause ErrLeaseLost as soon as the lease is lost,
+// and carries the lease (LeaseFrom). When fn returns, or panics (the panic goes on after the
 // release), the lease is released, detached from ctx and bounded by
 // ReleaseTimeout, so a cancelled caller gives its permits back and an
 // unreachable Redis costs at most that long; a lost lease is not released.

@@ -1,0 +1,128 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// A release with many waiters in several Clients wakes one of them: one
+// PUBLISH and one acquire attempt, not one per Client; the waiters cost
+// nothing while the holder holds on but their batched keep-alive.
+func TestOneWakePerRelease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 60*time.Second)
+	const clients, perClient = 4, 10
+	holder, _ := newMutex(t, srv.Client(t), "wake")
+	l, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *limiter.Lease, clients*perClient)
+	var wg sync.WaitGroup
+	for range clients {
+		m, _ := newMutex(t, srv.Client(t), "wake", limiter.AcquireTimeout(0))
+		for range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := m.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got <- l
+			}()
+		}
+	}
+	rdb := srv.Client(t)
+	redistest.Eventually(t, 10*time.Second, "every waiter queued", func() bool {
+		n, _ := rdb.ZCard(ctx, queueKey("wake")).Result()
+		return n == clients*perClient
+	})
+	srv.ResetStats(t)
+	time.Sleep(1500 * time.Millisecond) // a keep-alive round, nothing else
+	idle := srv.CommandCalls(t)
+	if scripts := idle["evalsha"] + idle["eval"]; scripts > 2*clients {
+		t.Fatalf("%d script calls in 1.5s while %d waiters wait on a held mutex; want only the keep-alive (~1 per Client)", scripts, clients*perClient)
+	}
+	srv.ResetStats(t)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	time.Sleep(200 * time.Millisecond) // any spurious wake-up would act now
+	calls := srv.CommandCalls(t)
+	// Scripts: the release, the head's acquire, and at most one keep-alive
+	// per Client that happened to fall due meanwhile.
+	if calls["publish"] > 1 || calls["evalsha"]+calls["eval"] > 2+clients {
+		t.Fatalf("one release with %d waiters: %d PUBLISH, %d script calls; want 1 and 2 (release, the head's acquire) plus keep-alives",
+			clients*perClient, calls["publish"], calls["evalsha"]+calls["eval"])
+	}
+	// Drain: each release hands on to exactly the next.
+	for range clients*perClient - 1 {
+		if err := next.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next = <-got
+	}
+	_ = next.Release(ctx)
+	wg.Wait()
+}
+
+// A waiter that gives up passes its turn on at once: the one behind it, in
+// the same Client, is granted without waiting for a fallback timer.
+func TestLeaverPassesItsTurnOn(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 20*time.Second)
+		rdb := b.client(t)
+		sem, _ := newSemaphore(t, rdb, uniqueName(b, "leaver"), 2, limiter.AcquireTimeout(0))
+		first, err := sem.Acquire(ctx, limiter.Weight(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		heavyCtx, leave := context.WithCancel(ctx)
+		heavy := make(chan error, 1)
+		go func() {
+			l, err := sem.Acquire(heavyCtx, limiter.Weight(2))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			heavy <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the heavy waiter heads the queue
+		light := make(chan *limiter.Lease, 1)
+		go func() {
+			l, err := sem.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			light <- l
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The release woke the heavy head; it leaves instead of taking
+		// the permits, and the light one behind must get in now.
+		leave()
+		if err := <-heavy; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		select {
+		case l := <-light:
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("the waiter behind a leaver took %v", took)
+			}
+			_ = l.Release(ctx)
+		case <-time.After(1500 * time.Millisecond):
+			t.Fatal("the waiter behind a leaver waited for a fallback")
+		}
+	})
+}
