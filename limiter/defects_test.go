@@ -208,3 +208,31 @@ func TestRefreshInBulk(t *testing.T) {
 	}
 	t.Logf("%d script calls (%v) kept %d leases alive for %v", scripts, calls, leases, 2*interval)
 }
+
+// MaxHold caps how long a lease is kept alive: past it the lease lapses
+// at its TTL and its holder is told.
+func TestMaxHold(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, _ := newMutex(t, srv.Client(t), "maxhold", limiter.TTL(300*time.Millisecond), limiter.MaxHold(500*time.Millisecond))
+	l, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a lease was kept alive past MaxHold")
+	}
+	if held := time.Since(start); held < 400*time.Millisecond {
+		t.Fatalf("the lease ended after %v, before MaxHold", held)
+	}
+	if !errors.Is(l.Err(), limiter.ErrLeaseLost) {
+		t.Fatalf("Err after MaxHold: %v", l.Err())
+	}
+	redistest.Eventually(t, 2*time.Second, "the permit back", func() bool {
+		n, err := sem.Available(ctx)
+		return err == nil && n == 1
+	})
+}

@@ -31,6 +31,8 @@ type Lease struct {
 	ttl    time.Duration
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// acquired is when the request that granted it was sent.
+	acquired time.Time
 
 	mu   sync.Mutex
 	err  error // why the lease ended; nil while held
@@ -51,7 +53,7 @@ func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, s
 	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
-		auto: s.cfg.refresh > 0, deadline: deadline}
+		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent}
 	s.c.track(l) // before the watchdog, whose end untracks it
 	l.mu.Lock()  // the watchdog may fire before newLease returns
 	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
@@ -163,6 +165,11 @@ func (l *Lease) isHandedOff() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.handedOff
+}
+
+// pastMaxHold reports whether the lease has been kept alive for MaxHold.
+func (l *Lease) pastMaxHold(now time.Time) bool {
+	return l.sem.cfg.maxHold > 0 && now.Sub(l.acquired) >= l.sem.cfg.maxHold
 }
 
 func (l *Lease) localDeadline() time.Time {

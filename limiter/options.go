@@ -23,6 +23,7 @@ type config struct {
 	clockDrift     float64
 	nodeTimeout    time.Duration
 	releaseTimeout time.Duration
+	maxHold        time.Duration
 }
 
 // Defaults of the TTL, AcquireTimeout and Prefix options.
@@ -109,6 +110,12 @@ func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeou
 // still gives its permits back; one that cannot finish in time lets the
 // lease lapse at its TTL.
 func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
+// MaxHold caps how long a lease is kept alive (default 0: no cap). Past it
+// the Client stops refreshing the lease, which then ends at its TTL like a
+// lease whose holder crashed: Done closes and Err is ErrLeaseLost, so work
+// that hangs cannot hold a permit forever.
+func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
+
 func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
@@ -138,6 +145,9 @@ func (c *config) validate() error {
 	}
 	if c.nodeTimeout < 0 || c.nodeTimeout >= c.ttl {
 		return argError("NodeTimeout", c.nodeTimeout, "must be > 0 and < TTL "+c.ttl.String())
+	}
+	if c.maxHold < 0 {
+		return argError("MaxHold", c.maxHold, "must be >= 0")
 	}
 	if c.releaseTimeout <= 0 {
 		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")

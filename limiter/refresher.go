@@ -151,6 +151,14 @@ func (r *refresher) refresh(entries []*entry) {
 	var batches []refreshBatch
 	var leases, waiters [][]*entry // per batch, in the order of its items
 	for _, e := range entries {
+		if l := e.lease; l != nil && l.pastMaxHold(sent) {
+			// Let it lapse: it ends at its local deadline as lost.
+			e.removed = true
+			r.c.mu.Lock()
+			delete(r.byOwner, l)
+			r.c.mu.Unlock()
+			continue
+		}
 		k := e.keys()
 		i, ok := index[k.id()]
 		if !ok {
@@ -169,6 +177,9 @@ func (r *refresher) refresh(entries []*entry) {
 			batches[i].waits = append(batches[i].waits, e.waiter.id)
 			waiters[i] = append(waiters[i], e)
 		}
+	}
+	if len(batches) == 0 {
+		return
 	}
 	ctx, cancel := context.WithDeadline(r.c.ctx, deadline)
 	results, err := within(ctx, r.c.spawn, func() ([]refreshResult, error) { return r.c.st.refresh(ctx, batches), nil })
