@@ -219,7 +219,9 @@ func (l *Lease) end(err error, lost bool) {
 		return
 	}
 	l.err = err
-	l.watchdog.Stop()
+	if l.watchdog != nil { // nil while newLease is still setting it up
+		l.watchdog.Stop()
+	}
 	l.mu.Unlock()
 
 	s := l.sem

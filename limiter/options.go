@@ -110,6 +110,7 @@ func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeou
 // still gives its permits back; one that cannot finish in time lets the
 // lease lapse at its TTL.
 func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
+
 // MaxHold caps how long a lease is kept alive (default 0: no cap). Past it
 // the Client stops refreshing the lease, which then ends at its TTL like a
 // lease whose holder crashed: Done closes and Err is ErrLeaseLost, so work

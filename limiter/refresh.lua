@@ -50,7 +50,9 @@ if #ARGV >= base + 1 then
   end
   local vals = redis.call('HMGET', KEYS[2], unpack(fields))
   local set = {}
-  local free = (tonumber(st[3]) or 0) - (tonumber(st[2]) or 0)
+  -- Expired leases free permits that no release announces: count them
+  -- out, so a waiter learns it fits.
+  local free = (tonumber(st[3]) or 0) - ((tonumber(st[2]) or 0) - sweep(now_ms))
   local ahead = nil
   for i = 1, #waits do
     local r = 0

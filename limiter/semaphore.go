@@ -139,7 +139,7 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 			// The script may have run with the reply lost: remove what
 			// it may have granted rather than leave it for the TTL. A
 			// caller-given id is left for the caller's retry to reclaim.
-			s.c.spawn(func() { s.forget(r.id) })
+			s.c.spawn(func() { s.forget(r.id, "") })
 		}
 		return nil, rep, redisError("acquire", s.name, err)
 	}
@@ -152,17 +152,18 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	}
 	l := newLease(ctx, s, r.id, rep, sent)
 	if l == nil {
-		// The reply came after the lease's local deadline: give it back.
-		s.c.spawn(func() { s.forget(r.id) })
+		// The reply came after the lease's local deadline: give it back,
+		// by its token, so that a later lease of the id is never touched.
+		s.c.spawn(func() { s.forget(r.id, rep.token) })
 		return nil, rep, fmt.Errorf("limiter: acquire %q: %w: the reply came after the lease's local deadline", s.name, ErrLeaseLost)
 	}
 	return l, rep, nil
 }
 
-func (s *Semaphore) forget(id string) {
+func (s *Semaphore) forget(id, token string) {
 	ctx, cancel := context.WithTimeout(s.c.ctx, s.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = s.release(ctx, id, "")
+	_, _ = s.release(ctx, id, token)
 }
 
 // release runs the release script and wakes this Client's own waiters at

@@ -136,28 +136,32 @@ func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refr
 }
 
 // refreshArgs splits a batch into script calls of at most refreshChunk
-// leases; the waiters go with the last.
+// leases or waiters (Lua's unpack takes a few thousand values at most).
 func refreshArgs(b refreshBatch) [][]any {
 	var out [][]any
-	leases := b.leases
+	leases, waits := b.leases, b.waits
 	for {
 		n := min(len(leases), refreshChunk)
-		args := make([]any, 0, 1+3*n+1+len(b.waits))
+		m := min(len(waits), refreshChunk/2)
+		if n > 0 {
+			m = 0 // waiters go in calls of their own
+		}
+		args := make([]any, 0, 1+3*n+1+m)
 		args = append(args, n)
 		for _, l := range leases[:n] {
 			args = append(args, l.id, l.token, l.ttl.Milliseconds())
 		}
-		leases = leases[n:]
-		if len(leases) == 0 {
-			if len(b.waits) > 0 {
-				args = append(args, queueTTL.Milliseconds())
-				for _, w := range b.waits {
-					args = append(args, w)
-				}
+		if m > 0 {
+			args = append(args, queueTTL.Milliseconds())
+			for _, w := range waits[:m] {
+				args = append(args, w)
 			}
-			return append(out, args)
 		}
+		leases, waits = leases[n:], waits[m:]
 		out = append(out, args)
+		if len(leases) == 0 && len(waits) == 0 {
+			return out
+		}
 	}
 }
 
