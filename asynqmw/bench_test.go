@@ -61,7 +61,7 @@ func BenchmarkNoopThroughput(b *testing.B) {
 	noop := func(context.Context, *asynq.Task) error { return nil }
 	ungated := drain(b, b.N, nil, noop)
 	srv := redistest.StartServer(b)
-	mw, err := asynqmw.New(newLimiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 1000}})
+	mw, err := asynqmw.New(redistest.Limiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 1000}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func BenchmarkNoopThroughput(b *testing.B) {
 // 3/20ms = 150 tasks/s. Goal: within 10%.
 func BenchmarkBindingCap(b *testing.B) {
 	srv := redistest.StartServer(b)
-	mw, err := asynqmw.New(newLimiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 5 * time.Second}})
+	mw, err := asynqmw.New(redistest.Limiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 5 * time.Second}})
 	if err != nil {
 		b.Fatal(err)
 	}

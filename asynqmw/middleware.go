@@ -216,49 +216,15 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, next asynq.Handler,
 			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
 		}
 	}()
-	var herr *handlerError // compared by pointer below, whatever the handler's error type
+	var herr error // the handler's own error, returned unchanged
 	err := lease.Run(ctx, func(ctx context.Context) error {
-		if err := next.ProcessTask(ctx, t); err != nil {
-			herr = &handlerError{err}
-			return herr
-		}
-		return nil
+		herr = next.ProcessTask(ctx, t)
+		return herr
 	})
-	if rerr := added(err, herr); rerr != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
+	var rerr *limiter.ReleaseError
+	if errors.As(err, &rerr) {
 		// Not fatal: the permit comes back when the lease's TTL runs out.
 		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", rerr)
 	}
-	if herr != nil {
-		return herr.err
-	}
-	return nil
-}
-
-// handlerError carries the handler's error through Lease.Run.
-type handlerError struct{ err error }
-
-func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
-
-// added returns what Lease.Run joined to the handler's error herr (nil if
-// the handler returned nil): a failed release, when the lease was not
-// lost. Nil when nothing was added.
-func added(err error, herr *handlerError) error {
-	var own error
-	if herr != nil {
-		own = herr
-	}
-	if err == own {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var rest []error
-		for _, e := range j.Unwrap() {
-			if e != own {
-				rest = append(rest, e)
-			}
-		}
-		return errors.Join(rest...)
-	}
-	return err
+	return herr
 }

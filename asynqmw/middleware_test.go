@@ -53,25 +53,6 @@ func startServer(t testing.TB, addr string, concurrency int, mw asynq.Middleware
 	t.Cleanup(srv.Shutdown)
 }
 
-// newLimiter returns a limiter Client of rdb, closed at cleanup: before
-// rdb (cleanups run last-in first-out) and after the asynq servers that
-// startServer registers later.
-func newLimiter(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) *limiter.Client {
-	t.Helper()
-	c, err := limiter.New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Close(ctx); err != nil {
-			t.Errorf("limiter Client.Close: %v", err)
-		}
-	})
-	return c
-}
-
 func enqueue(t testing.TB, c *asynq.Client, task *asynq.Task, opts ...asynq.Option) *asynq.TaskInfo {
 	t.Helper()
 	info, err := c.Enqueue(task, append([]asynq.Option{asynq.Retention(time.Hour)}, opts...)...)
@@ -101,7 +82,7 @@ func (c *concurrency) leave() { c.now.Add(-1) }
 
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
-	mw, err := asynqmw.New(newLimiter(t, srv.Client(t)), []asynqmw.Rule{
+	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
 		{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 100 * time.Millisecond},
 	})
 	if err != nil {
@@ -151,7 +132,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	lc := newLimiter(t, rdb)
+	lc := redistest.Limiter(t, rdb)
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +143,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 		ran <- id
 		return nil
 	})
-	blocker, _ := newLimiter(t, rdb).Mutex("export") // another process
+	blocker, _ := redistest.Limiter(t, rdb).Mutex("export") // another process
 	held, err := blocker.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +182,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	metrics := asynqmw.NewCollector()
-	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
 		asynqmw.LimiterOptions(limiter.Prefix("lost:")), asynqmw.Metrics(metrics))
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +236,7 @@ func counter(c *asynqmw.Collector, name string) float64 {
 func TestPerKeyRule(t *testing.T) {
 	srv := redistest.StartServer(t)
 	type order struct{ Customer string }
-	mw, err := asynqmw.New(newLimiter(t, srv.Client(t)), []asynqmw.Rule{{
+	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{{
 		Name: "orders", Type: "order", Limit: 2, MaxWait: 100 * time.Millisecond,
 		Key: func(t *asynq.Task) (string, bool) {
 			var o order
@@ -305,7 +286,7 @@ func TestPerKeyRule(t *testing.T) {
 func TestBadConfig(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { rdb.Close() })
-	lc := newLimiter(t, rdb)
+	lc := redistest.Limiter(t, rdb)
 	cases := map[string][]asynqmw.Rule{
 		"no rules":           nil,
 		"empty name":         {{Limit: 1}},
@@ -415,7 +396,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	redistest.Eventually(t, 20*time.Second, "the worker starts the task", func() bool {
 		return rdb.Get(ctx, "started").Val() == info.ID
 	})
-	sem, _ := newLimiter(t, rdb).Semaphore("crash", 2, limiter.TTL(2*time.Second))
+	sem, _ := redistest.Limiter(t, rdb).Semaphore("crash", 2, limiter.TTL(2*time.Second))
 	hs, err := sem.Holders(ctx)
 	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
 		t.Fatalf("holders while the task runs: %+v, %v (want the task id %s)", hs, err, info.ID)
@@ -454,12 +435,12 @@ func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startServer(t, srv.Addr(), 1, mw, func(context.Context, *asynq.Task) error { return nil })
-	blocker, _ := newLimiter(t, rdb).Mutex("short") // another process
+	blocker, _ := redistest.Limiter(t, rdb).Mutex("short") // another process
 	held, err := blocker.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -489,7 +470,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	const ttl = 10 * time.Second
-	mw, err := asynqmw.New(newLimiter(t, rdb), []asynqmw.Rule{{Name: "zombie", Type: "zombie", Limit: 1, TTL: ttl}})
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "zombie", Type: "zombie", Limit: 1, TTL: ttl}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +490,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	// asynq counts timeouts in whole seconds.
 	info := enqueue(t, client, asynq.NewTask("zombie", nil), asynq.Timeout(time.Second), asynq.MaxRetry(1))
 	<-started
-	sem, _ := newLimiter(t, rdb).Mutex("zombie", limiter.TTL(ttl)) // another process
+	sem, _ := redistest.Limiter(t, rdb).Mutex("zombie", limiter.TTL(ttl)) // another process
 	hs, err := sem.Holders(ctx)
 	if err != nil || len(hs) != 1 || hs[0].ID != info.ID {
 		t.Fatalf("holders while the handler runs: %+v, %v (want its lease)", hs, err)
@@ -538,7 +519,7 @@ func (e sliceError) Error() string { return strings.Join(e, ", ") }
 // returns or panics gives its permit back at once.
 func TestHandlerErrorsAndPanics(t *testing.T) {
 	srv := redistest.StartServer(t)
-	lc := newLimiter(t, srv.Client(t))
+	lc := redistest.Limiter(t, srv.Client(t))
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "direct", Limit: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -107,7 +108,8 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: newKeyspace(cfg.prefix, name, limit)}, nil
 }
 
-// Mutex returns the mutex named name: a Semaphore of one permit.
+// Mutex returns the mutex named name: a Semaphore of one permit, with the
+// same errors as Semaphore (an *ArgumentError, or ErrClosed after Close).
 func (c *Client) Mutex(name string, opts ...Option) (*Mutex, error) {
 	s, err := c.Semaphore(name, 1, opts...)
 	if err != nil {
@@ -116,7 +118,8 @@ func (c *Client) Mutex(name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{s}, nil
 }
 
-// Done is closed when Close begins.
+// Done is closed when Close begins: from then on, waits end with
+// ErrClosed and no new lease is granted through this Client.
 func (c *Client) Done() <-chan struct{} { return c.ctx.Done() }
 
 // Err returns ErrClosed once Close began, else nil.
@@ -140,7 +143,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
-	held := slices.Collect(mapValues(c.leases))
+	held := slices.Collect(maps.Values(c.leases))
 	c.mu.Unlock()
 	c.cancel() // ends waits, the refresher and the subscription
 
@@ -182,16 +185,6 @@ func (c *Client) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("limiter: close: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
-}
-
-func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
 }
 
 // spawn runs fn in a goroutine that Close waits for.
@@ -249,9 +242,7 @@ func (c *Client) ask(ctx context.Context, k keyspace, id string) (reclaim bool, 
 	return reclaim, func(err error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.asking[key]--; c.asking[key] == 0 {
-			delete(c.asking, key)
-		}
+		c.unaskLocked(key)
 		switch {
 		case err != nil:
 			c.unsure[key] = true
@@ -275,9 +266,13 @@ func (c *Client) releasing(l *Lease) (done func()) {
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.asking[key]--; c.asking[key] == 0 {
-			delete(c.asking, key)
-		}
+		c.unaskLocked(key)
+	}
+}
+
+func (c *Client) unaskLocked(key leaseKey) {
+	if c.asking[key]--; c.asking[key] == 0 {
+		delete(c.asking, key)
 	}
 }
 

@@ -79,79 +79,34 @@ local function earliest(now_ms, fallback)
   return math.max(tonumber(first[2]) - now_ms, 0)
 end
 
--- Wakes the waiters at the head of the queue whose weights fit in free
--- permits, in order, stopping at the first that does not fit: strict FIFO,
--- as golang.org/x/sync/semaphore, so a heavy waiter is never overtaken and
--- cannot starve. Waiters whose process stopped keeping them alive are
--- dropped on the way. A waiter on the channel own (the caller's process)
--- is returned rather than published to: the caller wakes it directly.
--- Returns the list of own waiters woken.
-local function wake_fitting(now_ms, free, own)
-  local mine, dead, pos = {}, {}, 0
-  if free > 0 then
-    for _ = 1, 4 do
-      local ids = redis.call('ZRANGE', KEYS[3], pos, pos + 15)
-      if #ids == 0 then break end
-      local fields = {}
-      for i = 1, #ids do fields[i] = '?' .. ids[i] end
-      local vals = redis.call('HMGET', KEYS[2], unpack(fields))
-      local stop = false
-      for i = 1, #ids do
-        local w, exp, channel
-        if vals[i] then w, exp, channel = parse_waiter(vals[i]) end
-        if not w or exp <= now_ms then
-          dead[#dead + 1] = ids[i]
-        elseif w <= free then
-          free = free - w
-          if channel == own then
-            mine[#mine + 1] = ids[i]
-          else
-            redis.call('PUBLISH', channel, ids[i])
-          end
-        else
-          stop = true
-          break
-        end
-      end
-      pos = pos + #ids
-      if stop or free <= 0 or #ids < 16 then break end
-    end
-  end
-  if #dead > 0 then
-    local fields = {}
-    for i = 1, #dead do fields[i] = '?' .. dead[i] end
-    redis.call('HDEL', KEYS[2], unpack(fields))
-    redis.call('ZREM', KEYS[3], unpack(dead))
-  end
-  return mine
-end
-
--- Sums the weights of the live waiters queued ahead of wait (of every
--- waiter when wait is not queued), dropping dead ones on the way: those
--- permits are spoken for. Returns nil when the queue is too long to tell
--- within one call's bound (then it is not wait's turn).
-local function queued_ahead(now_ms, wait)
-  local sum, dead, pos, done = 0, {}, 0, false
+-- Visits the queue from its head, at most 64 entries, calling
+-- visit(id, weight, channel) for each live one until it returns true.
+-- Entries whose Client stopped keeping them alive are dropped on the way
+-- (keep excepted, dead or alive). Returns false when the bound ran out
+-- before the queue's end or a stop.
+local function walk_queue(now_ms, visit, keep)
+  local dead, pos, finished = {}, 0, false
   for _ = 1, 4 do
     local ids = redis.call('ZRANGE', KEYS[3], pos, pos + 15)
+    if #ids == 0 then
+      finished = true
+      break
+    end
     local fields = {}
     for i = 1, #ids do fields[i] = '?' .. ids[i] end
-    local vals = #ids > 0 and redis.call('HMGET', KEYS[2], unpack(fields)) or {}
+    local vals = redis.call('HMGET', KEYS[2], unpack(fields))
     for i = 1, #ids do
-      if ids[i] == wait then
-        done = true
+      local w, exp, channel
+      if vals[i] then w, exp, channel = parse_waiter(vals[i]) end
+      if ids[i] ~= keep and (not w or exp <= now_ms) then
+        dead[#dead + 1] = ids[i]
+      elseif visit(ids[i], w, channel) then
+        finished = true
         break
       end
-      local w, exp
-      if vals[i] then w, exp = parse_waiter(vals[i]) end
-      if not w or exp <= now_ms then
-        dead[#dead + 1] = ids[i]
-      else
-        sum = sum + w
-      end
     end
-    if done or #ids < 16 then
-      done = true
+    if finished or #ids < 16 then
+      finished = true
       break
     end
     pos = pos + #ids
@@ -162,6 +117,51 @@ local function queued_ahead(now_ms, wait)
     redis.call('HDEL', KEYS[2], unpack(fields))
     redis.call('ZREM', KEYS[3], unpack(dead))
   end
-  if done then return sum end
+  return finished
+end
+
+-- The waiters at the head of the queue whose weights fit in free permits,
+-- in order, as {id, channel}, up to the first that does not fit: strict
+-- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
+-- overtaken and cannot starve.
+local function fitting(now_ms, free)
+  local fit = {}
+  if free <= 0 then return fit end
+  walk_queue(now_ms, function(id, w, channel)
+    if w > free then return true end
+    free = free - w
+    fit[#fit + 1] = {id, channel}
+    return free <= 0
+  end)
+  return fit
+end
+
+-- Wakes the fitting waiters. One on the channel own (the caller's
+-- process) is returned rather than published to: the caller wakes it
+-- directly. Returns the own waiters woken.
+local function wake_fitting(now_ms, free, own)
+  local mine = {}
+  for _, f in ipairs(fitting(now_ms, free)) do
+    if f[2] == own then
+      mine[#mine + 1] = f[1]
+    else
+      redis.call('PUBLISH', f[2], f[1])
+    end
+  end
+  return mine
+end
+
+-- Sums the weights of the live waiters queued ahead of wait (of every
+-- waiter when wait is not queued): those permits are spoken for. Returns
+-- nil when the queue is too long to tell within one call's bound (then it
+-- is not wait's turn).
+local function queued_ahead(now_ms, wait)
+  local sum = 0
+  local told = walk_queue(now_ms, function(id, w)
+    if id == wait then return true end
+    sum = sum + w
+    return false
+  end, wait)
+  if told then return sum end
   return nil
 end

@@ -109,19 +109,9 @@ func clientFor(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) 
 	if c, ok := clients.Load(key); ok {
 		return c.(*limiter.Client)
 	}
-	c, err := limiter.New(rdb, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := redistest.Limiter(t, rdb, opts...)
 	clients.Store(key, c)
-	t.Cleanup(func() {
-		clients.Delete(key)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Close(ctx); err != nil {
-			t.Logf("close: %v", err)
-		}
-	})
+	t.Cleanup(func() { clients.Delete(key) })
 	return c
 }
 

@@ -3,8 +3,6 @@ package limiter
 import (
 	"context"
 	"sync"
-
-	"github.com/google/uuid"
 )
 
 // hub delivers wake-ups to this Client's waiters. A release in any process
@@ -98,9 +96,10 @@ func (h *hub) wake(ids []string) {
 }
 
 // add registers a waiter before its first attempt, so a wake-up that
-// arrives before the attempt's reply is kept.
-func (h *hub) add(s *Semaphore) *waiter {
-	w := &waiter{id: uuid.NewString(), sem: s, wake: make(chan struct{}, 1)}
+// arrives before the attempt's reply is kept. id must be unique across
+// processes: a random lease id serves.
+func (h *hub) add(s *Semaphore, id string) *waiter {
+	w := &waiter{id: id, sem: s, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.waiters[w.id] = w
 	h.mu.Unlock()

@@ -22,8 +22,8 @@ import (
 // served in arrival order (an order per node could deadlock waiters that
 // each head one node): they are woken by releases and retry, after a short
 // random pause when two of them split the nodes. See QuorumError for what
-// a failed quorum reports. Nodes must be distinct and non-nil. Nothing is
-// sent to Redis.
+// a failed quorum reports. Nodes must be distinct and non-nil; bad nodes
+// or options give an *ArgumentError naming them. Nothing is sent to Redis.
 //
 // The quorum is ⌊N·limit/(limit+1)⌋+1 nodes: a majority for a mutex (as in
 // Redlock), more for larger limits. A majority is not enough for a limit

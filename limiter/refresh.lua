@@ -53,7 +53,7 @@ if #ARGV >= base + 1 then
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
   local free = (tonumber(st[3]) or 0) - ((tonumber(st[2]) or 0) - sweep(now_ms))
-  local ahead = nil
+  local fits = nil -- the ids whose turn it is, found once
   for i = 1, #waits do
     local r = 0
     if vals[i] then
@@ -63,8 +63,11 @@ if #ARGV >= base + 1 then
         set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. channel
         r = 1
         if free >= w then
-          ahead = queued_ahead(now_ms, waits[i])
-          if ahead and ahead + w <= free then r = 2 end
+          if not fits then
+            fits = {}
+            for _, f in ipairs(fitting(now_ms, free)) do fits[f[1]] = true end
+          end
+          if fits[waits[i]] then r = 2 end
         end
       end
     end

@@ -9,7 +9,9 @@ type leaseCtxKey struct{}
 
 // LeaseFrom returns the lease that the work running under ctx holds: in
 // Do's fn, in Run's fn and in the handlers of asynqmw and
-// scheduler. Use its Token to fence writes.
+// scheduler; ok is false anywhere else. The lease may have been lost
+// meanwhile (its Err says; ctx is then cancelled). Use its Token to fence
+// writes.
 func LeaseFrom(ctx context.Context) (*Lease, bool) {
 	l, ok := ctx.Value(leaseCtxKey{}).(*Lease)
 	return l, ok
@@ -24,8 +26,8 @@ func LeaseFrom(ctx context.Context) (*Lease, bool) {
 // unreachable Redis costs at most that long; a lost lease is not released.
 //
 // Run returns fn's error, joined with an error matching ErrLeaseLost
-// whenever the lease was lost before fn returned, and with a release
-// failure (other than the lease being gone).
+// whenever the lease was lost before fn returned, and with a *ReleaseError
+// when the release failed (other than the lease being gone).
 func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseCtxKey{}, l))
 	defer cancel(nil)
@@ -40,17 +42,33 @@ func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (er
 			return
 		}
 		if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
-			err = errors.Join(err, rerr)
+			err = errors.Join(err, &ReleaseError{Err: rerr})
 		}
 	}()
 	return fn(runCtx)
 }
 
+// ReleaseError reports that the release at the end of Lease.Run (or Do)
+// failed, so the permits come back only when the lease's TTL runs out;
+// the work itself ran under the lease. Err is the release's error
+// (usually a Redis failure or ReleaseTimeout running out).
+type ReleaseError struct {
+	Err error
+}
+
+// Error says the release failed and why.
+func (e *ReleaseError) Error() string {
+	return "limiter: release after the work failed (the permits free at the TTL): " + e.Err.Error()
+}
+
+// Unwrap returns the release's error.
+func (e *ReleaseError) Unwrap() error { return e.Err }
+
 // Do acquires (waiting as Acquire does) and runs fn under the lease (see
 // Lease.Run): fn's context is cancelled with cause ErrLeaseLost on loss
 // and carries the lease, and the lease is released when fn returns. It
 // returns Acquire's error, or fn's error joined with ErrLeaseLost when the
-// lease was lost and with a failed release.
+// lease was lost and with a *ReleaseError when the release failed.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	l, err := s.Acquire(ctx, opts...)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // maxFallbackWait caps how long the head waiter sleeps without a wake-up
@@ -36,7 +38,11 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		subscribed = false
 		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
 	}
-	w := c.hub.add(s)
+	waitID := r.id // random, so unique; a given id may be asked for twice
+	if r.idGiven {
+		waitID = uuid.NewString()
+	}
+	w := c.hub.add(s, waitID)
 	r.wait = w.id
 	queued := false
 	defer func() {
@@ -46,8 +52,12 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			s.leave(w.id)
 		}
 	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer // only the head waiter needs one
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 
 	for attempt := 1; ; attempt++ {
 		l, rep, err := s.attempt(ctx, r)
@@ -70,7 +80,11 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		}
 		var fallback <-chan time.Time
 		if rep.head || !subscribed {
-			timer.Reset(fallbackWait(rep.retryIn))
+			if timer == nil {
+				timer = time.NewTimer(fallbackWait(rep.retryIn))
+			} else {
+				timer.Reset(fallbackWait(rep.retryIn))
+			}
 			fallback = timer.C
 		}
 		select {
@@ -79,7 +93,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		case <-ctx.Done():
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, nil)
 		case <-c.ctx.Done():
-			return nil, fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, ErrClosed)
 		}
 		if fallback != nil && !timer.Stop() {
 			select {

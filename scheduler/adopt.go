@@ -93,51 +93,17 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 				a.opts.logger.Warn("redsem scheduler: lock lost while the job ran", "job", job, "task", t.Type(), "err", lost)
 			}
 		}()
-		var herr *handlerError // compared by pointer below, whatever the handler's error type
+		var herr error // the handler's own error, returned unchanged
 		err = lease.Run(ctx, func(ctx context.Context) error {
-			if err := next.ProcessTask(ctx, t); err != nil {
-				herr = &handlerError{err}
-				return herr
-			}
-			return nil
+			herr = next.ProcessTask(ctx, t)
+			return herr
 		})
-		if rerr := added(err, herr); rerr != nil && !errors.Is(lease.Err(), limiter.ErrLeaseLost) {
+		var rerr *limiter.ReleaseError
+		if errors.As(err, &rerr) {
 			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", rerr)
 		}
-		if herr != nil {
-			return herr.err
-		}
-		return nil
+		return herr
 	})
-}
-
-// handlerError carries the handler's error through Lease.Run.
-type handlerError struct{ err error }
-
-func (e *handlerError) Error() string { return e.err.Error() }
-func (e *handlerError) Unwrap() error { return e.err }
-
-// added returns what Lease.Run joined to the handler's error herr (nil if
-// the handler returned nil): a failed release, when the lease was not
-// lost. Nil when nothing was added.
-func added(err error, herr *handlerError) error {
-	var own error
-	if herr != nil {
-		own = herr
-	}
-	if err == own {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var rest []error
-		for _, e := range j.Unwrap() {
-			if e != own {
-				rest = append(rest, e)
-			}
-		}
-		return errors.Join(rest...)
-	}
-	return err
 }
 
 func (a *adopter) resume(ctx context.Context, text, limitText string) (*limiter.Lease, error) {

@@ -30,34 +30,15 @@ func newEnv(t *testing.T) env {
 	e := env{addr: srv.Addr(), rdb: srv.Client(t), metrics: scheduler.NewCollector(),
 		client: asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()}),
 		insp:   asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})}
-	e.lc = newLimiter(t, e.rdb)
+	e.lc = redistest.Limiter(t, e.rdb)
 	t.Cleanup(func() { e.client.Close(); e.insp.Close() })
 	return e
-}
-
-// newLimiter returns a limiter Client of rdb, closed at cleanup: before
-// rdb (cleanups run last-in first-out), after what is registered later
-// (asynq servers).
-func newLimiter(t *testing.T, rdb redis.UniversalClient) *limiter.Client {
-	t.Helper()
-	c, err := limiter.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := c.Close(ctx); err != nil {
-			t.Errorf("limiter Client.Close: %v", err)
-		}
-	})
-	return c
 }
 
 // worker runs an asynq server whose handlers go through Adopt, with its
 // own limiter Client, as a worker process would.
 func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option) {
-	mw, err := scheduler.Adopt(newLimiter(t, e.rdb), append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
+	mw, err := scheduler.Adopt(redistest.Limiter(t, e.rdb), append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +216,7 @@ func TestBadJobs(t *testing.T) {
 	defer rdb.Close()
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer client.Close()
-	lc := newLimiter(t, rdb)
+	lc := redistest.Limiter(t, rdb)
 	s, err := scheduler.New(lc, client)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +272,7 @@ func TestTwoSchedulersOneRunPerTick(t *testing.T) {
 	for i := range 2 {
 		client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
 		defer client.Close()
-		s, _ := scheduler.New(newLimiter(t, e.rdb), client) // each its own process
+		s, _ := scheduler.New(redistest.Limiter(t, e.rdb), client) // each its own process
 		if err := s.Register(job); err != nil {
 			t.Fatal(err)
 		}
