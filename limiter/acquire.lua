@@ -35,7 +35,14 @@ if st[4] then
         redis.call('HSET', KEYS[2], 'keyexp', at)
         expire_keys(at)
       end
-      return {1, tok, w, limit - total, 1}
+      local reply = {1, tok, w, limit - total, 1}
+      -- The retry may have queued meanwhile: its entry must not keep
+      -- the room of those behind.
+      if wait ~= '' and redis.call('HDEL', KEYS[2], '?' .. wait) == 1 then
+        redis.call('ZREM', KEYS[3], wait)
+        for _, v in ipairs(wake_fitting(now_ms, limit - total, own)) do reply[#reply + 1] = v end
+      end
+      return reply
     end
     conflict = true
   else

@@ -29,7 +29,13 @@ type Client struct {
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine it started
+
+	// running counts the goroutines it started; idle, when set, is closed
+	// when that count drops to zero (a WaitGroup may not be added to
+	// while Close waits on it, and spawns race with Close).
+	goMu    sync.Mutex
+	running int
+	idle    chan struct{}
 
 	refresher *refresher
 	hub       *hub
@@ -39,8 +45,10 @@ type Client struct {
 	leases map[leaseKey]*Lease // live leases: one holder per id
 	asking map[leaseKey]int    // attempts and releases in flight, per given id
 	// unsure lists given ids whose last attempt got no reply: Redis may
-	// hold a lease of the id for this Client that no Lease stands for.
-	unsure map[leaseKey]bool
+	// hold a lease of the id for this Client that no Lease stands for,
+	// until the time recorded (the attempt's TTL after it failed).
+	unsure      map[leaseKey]time.Time
+	unsurePrune int // prune expired unsure entries when the map reaches this size
 	// reclaiming holds, per id, the one attempt allowed to take such a
 	// lease back; other attempts of the id wait for it to finish.
 	reclaiming map[leaseKey]chan struct{}
@@ -70,7 +78,7 @@ func newClient(opts []Option, open func(*config) store) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, id: uuid.NewString(), leases: map[leaseKey]*Lease{}, asking: map[leaseKey]int{},
-		unsure: map[leaseKey]bool{}, reclaiming: map[leaseKey]chan struct{}{}}
+		unsure: map[leaseKey]time.Time{}, unsurePrune: unsurePruneMin, reclaiming: map[leaseKey]chan struct{}{}}
 	c.channel = cfg.prefix + "wake:" + c.id
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.st = open(&c.cfg)
@@ -177,10 +185,8 @@ func (c *Client) Close(ctx context.Context) error {
 	close(todo)
 	wg.Wait()
 
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-c.whenIdle():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("limiter: close: %w", context.Cause(ctx)))
 	}
@@ -189,17 +195,51 @@ func (c *Client) Close(ctx context.Context) error {
 
 // spawn runs fn in a goroutine that Close waits for.
 func (c *Client) spawn(fn func()) {
-	c.wg.Add(1)
+	c.goMu.Lock()
+	c.running++
+	c.goMu.Unlock()
 	go func() {
-		defer c.wg.Done()
+		defer c.exited()
 		fn()
 	}()
 }
 
-func (c *Client) track(l *Lease) {
+func (c *Client) exited() {
+	c.goMu.Lock()
+	defer c.goMu.Unlock()
+	if c.running--; c.running == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// whenIdle returns a channel closed once none of the Client's goroutines
+// runs.
+func (c *Client) whenIdle() <-chan struct{} {
+	c.goMu.Lock()
+	defer c.goMu.Unlock()
+	if c.running == 0 {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	return c.idle
+}
+
+// track records a new lease as live, or reports false once Close began:
+// Close has collected the leases it releases, so the caller gives this
+// one back itself.
+func (c *Client) track(l *Lease) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
 	c.leases[leaseKey{l.sem.keys.id(), l.id}] = l
-	c.mu.Unlock()
+	return true
 }
 
 func (c *Client) untrack(l *Lease) {
@@ -211,14 +251,16 @@ func (c *Client) untrack(l *Lease) {
 	c.mu.Unlock()
 }
 
-// ask registers an attempt with a given id and says whether it may take
-// back a lease of that id that Redis says is this Client's: only after an
+// ask registers an attempt with a given id (an acquire, or a Resume, which
+// never reclaims: mayReclaim false) and says whether it may take back a
+// lease of that id that Redis says is this Client's: only after an
 // attempt got no reply (the lease it may have made has no Lease), when no
 // live Lease has the id and nothing else of the id is in flight. While
 // such an attempt is out, other attempts of the id wait: one of them could
-// otherwise create the lease that the reclaim then hands out a second
-// time. done(err) unregisters the attempt with its outcome.
-func (c *Client) ask(ctx context.Context, k keyspace, id string) (reclaim bool, done func(error), err error) {
+// otherwise create (or take over) the lease that the reclaim then hands
+// out a second time. done(err) unregisters the attempt with its outcome;
+// a Redis error leaves the id unsure for ttl.
+func (c *Client) ask(ctx context.Context, k keyspace, id string, mayReclaim bool, ttl time.Duration) (reclaim bool, done func(error), err error) {
 	key := leaseKey{k.id(), id}
 	c.mu.Lock()
 	for c.reclaiming[key] != nil {
@@ -231,7 +273,12 @@ func (c *Client) ask(ctx context.Context, k keyspace, id string) (reclaim bool, 
 		}
 		c.mu.Lock()
 	}
-	reclaim = c.unsure[key] && c.leases[key] == nil && c.asking[key] == 0
+	until, unsure := c.unsure[key]
+	if unsure && !time.Now().Before(until) {
+		delete(c.unsure, key) // what it may have made has expired
+		unsure = false
+	}
+	reclaim = mayReclaim && unsure && c.leases[key] == nil && c.asking[key] == 0
 	var ch chan struct{}
 	if reclaim {
 		ch = make(chan struct{})
@@ -245,7 +292,7 @@ func (c *Client) ask(ctx context.Context, k keyspace, id string) (reclaim bool, 
 		c.unaskLocked(key)
 		switch {
 		case err != nil:
-			c.unsure[key] = true
+			c.markUnsureLocked(key, ttl)
 		case reclaim:
 			delete(c.unsure, key)
 		}
@@ -268,6 +315,23 @@ func (c *Client) releasing(l *Lease) (done func()) {
 		defer c.mu.Unlock()
 		c.unaskLocked(key)
 	}
+}
+
+// unsurePruneMin is the size at which the unsure ids are first pruned.
+const unsurePruneMin = 64
+
+// markUnsureLocked records that Redis may hold a lease of key for this
+// Client for up to ttl, and prunes the ids whose time is up whenever the
+// map has doubled, so ids that fail once and are never asked for again
+// cost nothing for long.
+func (c *Client) markUnsureLocked(key leaseKey, ttl time.Duration) {
+	now := time.Now()
+	c.unsure[key] = now.Add(ttl + c.cfg.drift(ttl))
+	if len(c.unsure) < c.unsurePrune {
+		return
+	}
+	maps.DeleteFunc(c.unsure, func(_ leaseKey, until time.Time) bool { return !now.Before(until) })
+	c.unsurePrune = max(unsurePruneMin, 2*len(c.unsure))
 }
 
 func (c *Client) unaskLocked(key leaseKey) {

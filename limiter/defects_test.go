@@ -18,8 +18,11 @@ import (
 // hand out a lease that is already lost, nor keep refreshing it: the
 // permit is given back.
 func TestLateReplyGivesThePermitBack(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := srv.Client(t)
+	forEachBackend(t, testLateReplyGivesThePermitBack)
+}
+
+func testLateReplyGivesThePermitBack(t *testing.T, b backend) {
+	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	sem, err := newMutex(t, rdb, "late", limiter.TTL(100*time.Millisecond))
 	if err != nil {
@@ -28,10 +31,10 @@ func TestLateReplyGivesThePermitBack(t *testing.T) {
 	if l, err := sem.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded, connection up
 		t.Fatal(err)
 	}
-	srv.Pause(t)
+	resume := b.pause(t)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		srv.Resume(t)
+		resume()
 	}()
 	l, err := sem.TryAcquire(ctx)
 	if err == nil {
@@ -40,13 +43,13 @@ func TestLateReplyGivesThePermitBack(t *testing.T) {
 	if !errors.Is(err, limiter.ErrLeaseLost) {
 		t.Fatalf("late reply: %v, want ErrLeaseLost", err)
 	}
-	srv.ResetStats(t)
+	b.reset(t)
 	redistest.Eventually(t, 5*time.Second, "the permit given back", func() bool {
 		n, err := sem.Available(ctx)
 		return err == nil && n == 1
 	})
 	time.Sleep(300 * time.Millisecond)
-	if calls := srv.CommandCalls(t); calls["evalsha"]+calls["eval"] > 20 {
+	if calls := b.calls(t); calls["evalsha"]+calls["eval"] > 20 {
 		t.Fatalf("%d script calls in ~0.3s after the late reply: something keeps refreshing", calls["evalsha"]+calls["eval"])
 	}
 }
@@ -74,8 +77,11 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 // One script call drops a bounded number of expired leases, however many
 // piled up.
 func TestSweepIsBounded(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := srv.Client(t)
+	forEachBackend(t, testSweepIsBounded)
+}
+
+func testSweepIsBounded(t *testing.T, b backend) {
+	rdb := b.client(t)
 	ctx := ctxT(t, 60*time.Second)
 	const expired = 20000
 	leases, state := "redsem:{sweep}:leases", "redsem:{sweep}:state"
@@ -111,8 +117,11 @@ func TestSweepIsBounded(t *testing.T) {
 // still counting permits, as after an eviction), the retry hint stays
 // sane: no sentinel arithmetic reaches Go.
 func TestRetryHintWithOnlyTheKeepAliveMember(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := srv.Client(t)
+	forEachBackend(t, testRetryHintWithOnlyTheKeepAliveMember)
+}
+
+func testRetryHintWithOnlyTheKeepAliveMember(t *testing.T, b backend) {
+	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb.ZAdd(ctx, "redsem:{hint}:leases", redis.Z{Score: 1e300, Member: ""})
 	rdb.HSet(ctx, "redsem:{hint}:state", "total", 1)
@@ -130,8 +139,11 @@ func TestRetryHintWithOnlyTheKeepAliveMember(t *testing.T) {
 // Do reports a loss whatever fn returns, and does not block long on the
 // release when Redis is unreachable.
 func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := srv.Client(t)
+	forEachBackend(t, testDoReportsLossAndReturnsPromptly)
+}
+
+func testDoReportsLossAndReturnsPromptly(t *testing.T, b backend) {
+	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	sem, _ := newMutex(t, rdb, "doloss", limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(50*time.Millisecond))
 	err := sem.Do(ctx, func(ctx context.Context) error {
@@ -149,14 +161,15 @@ func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
 
 	slow, _ := newMutex(t, rdb, "doslow", limiter.TTL(10*time.Second), limiter.ReleaseTimeout(200*time.Millisecond))
 	var returned time.Time
+	var resume func()
 	start := time.Now()
 	err = slow.Do(ctx, func(ctx context.Context) error {
-		srv.Pause(t)
+		resume = b.pause(t)
 		returned = time.Now()
 		return nil
 	})
 	took := time.Since(returned)
-	srv.Resume(t)
+	resume()
 	if err == nil {
 		t.Fatal("Do with an unreachable Redis at release: no error")
 	}
@@ -168,8 +181,11 @@ func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
 // 10,000 leases of one name held by one Client are kept alive by a few
 // script calls per round, not one per lease.
 func TestRefreshInBulk(t *testing.T) {
-	srv := redistest.StartServer(t)
-	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 16 })
+	forEachBackend(t, testRefreshInBulk)
+}
+
+func testRefreshInBulk(t *testing.T, b backend) {
+	rdb := b.client(t)
 	ctx := ctxT(t, 120*time.Second)
 	const leases = 10000
 	const interval = 2 * time.Second
@@ -193,9 +209,9 @@ func TestRefreshInBulk(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	srv.ResetStats(t)
+	b.reset(t)
 	time.Sleep(2 * interval)
-	calls := srv.CommandCalls(t)
+	calls := b.calls(t)
 	scripts := calls["evalsha"] + calls["eval"]
 	if scripts > 40 {
 		t.Fatalf("%d script calls to keep %d leases alive for two rounds; want a few per round", scripts, leases)
@@ -235,4 +251,75 @@ func TestMaxHold(t *testing.T) {
 		n, err := sem.Available(ctx)
 		return err == nil && n == 1
 	})
+}
+
+// A retry that takes its own lease back after a lost reply leaves the
+// queue it joined meanwhile: a stale entry would keep the room of those
+// behind (here TryAcquire, which never jumps a queue) until it expires.
+func TestReclaimLeavesTheQueue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 10*time.Second)
+		sem, _ := newMutex(t, b.client(t), uniqueName(b, "reclaim"), limiter.TTL(30*time.Second))
+		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "", false); !ok || err != nil {
+			t.Fatalf("first grant (its reply taken as lost): %v %v", ok, err)
+		}
+		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "w1", false); ok || err != nil {
+			t.Fatalf("a retry that may not reclaim must queue: %v %v", ok, err)
+		}
+		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "w1", true); !ok || err != nil {
+			t.Fatalf("reclaim: %v %v", ok, err)
+		}
+		hs, err := sem.Holders(ctx)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("holders %v %v", hs, err)
+		}
+		if err := sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: "x", Weight: 1, Token: hs[0].Token}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("free mutex after the reclaimed lease's release: %v (its queue entry left behind?)", err)
+		}
+		_ = l.Release(ctx)
+	})
+}
+
+// A grant whose reply lands after Close collected the leases it releases
+// is given back at once and reported as ErrClosed, not handed out to be
+// left to its TTL.
+func TestGrantAfterCloseIsGivenBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	c, err := limiter.New(rdb, limiter.TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := c.Mutex("after-close")
+	if l, err := sem.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded, connection up
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	type result struct {
+		l   *limiter.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := sem.TryAcquire(ctx)
+		got <- result{l, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the acquire is on the wire
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Resume(t)
+	r := <-got
+	if !errors.Is(r.err, limiter.ErrClosed) {
+		t.Fatalf("acquire granted after Close: lease %v, err %v; want ErrClosed", r.l, r.err)
+	}
+	other, _ := newMutex(t, rdb, "after-close")
+	if n, err := other.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("after the late grant: %d free (%v), want 1", n, err)
+	}
 }

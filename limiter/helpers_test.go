@@ -22,6 +22,8 @@ type backend struct {
 	calls  func(t testing.TB) map[string]int64
 	reset  func(t testing.TB)
 	env    []string // tells a child process how to connect
+	// pause stops every node (SIGSTOP) until the returned resume.
+	pause func(t testing.TB) (resume func())
 }
 
 func singleBackend(t testing.TB) backend {
@@ -32,6 +34,10 @@ func singleBackend(t testing.TB) backend {
 		calls:  srv.CommandCalls,
 		reset:  srv.ResetStats,
 		env:    []string{"REDSEM_TEST_ADDRS=" + srv.Addr()},
+		pause: func(t testing.TB) func() {
+			srv.Pause(t)
+			return func() { srv.Resume(t) }
+		},
 	}
 }
 
@@ -43,6 +49,16 @@ func clusterBackend(t testing.TB) backend {
 		calls:  c.CommandCalls,
 		reset:  c.ResetStats,
 		env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(c.Addrs(), ","), "REDSEM_TEST_CLUSTER=1"},
+		pause: func(t testing.TB) func() {
+			for _, s := range c.Servers() {
+				s.Pause(t)
+			}
+			return func() {
+				for _, s := range c.Servers() {
+					s.Resume(t)
+				}
+			}
+		},
 	}
 }
 

@@ -43,26 +43,31 @@ type Lease struct {
 	watchdog  *time.Timer
 }
 
-// newLease makes the lease of a grant whose request was sent at sent, or
-// returns nil when its local deadline already passed (a reply that slow
-// is of no use: the caller gives the permits back).
-func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, sent time.Time) *Lease {
+// newLease makes the lease of a grant whose request was sent at sent. It
+// fails, and the caller gives the permits back, when the lease's local
+// deadline already passed (ErrLeaseLost: a reply that slow is of no use)
+// or the Client's Close began (ErrClosed: Close releases only the leases
+// it found).
+func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, sent time.Time) (*Lease, error) {
 	deadline := sent.Add(s.cfg.ttl - s.cfg.drift(s.cfg.ttl))
 	if !time.Now().Before(deadline) {
-		return nil
+		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent}
-	s.c.track(l) // before the watchdog, whose end untracks it
-	l.mu.Lock()  // the watchdog may fire before newLease returns
+	if !s.c.track(l) { // before the watchdog, whose end untracks it
+		cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	l.mu.Lock() // the watchdog may fire before newLease returns
 	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
 	s.cfg.metrics.held(s.name, 1)
 	if l.auto {
 		s.c.refresher.addLease(l, sent)
 	}
-	return l
+	return l, nil
 }
 
 // ID is the lease id: random unless given with the ID option.

@@ -157,12 +157,19 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 	}
 }
 
-func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
+func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (result acquireReply, _ error) {
 	start := time.Now()
 	quorum := q.quorum(k)
 	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
 	n := len(q.nodes)
 	replies := make([]acquireReply, n)
+	defer func() {
+		// Whatever the outcome, a node that took our waiter out of its
+		// queue woke those behind it; this Client's own are woken by us.
+		for _, rep := range replies {
+			result.woken = union(result.woken, rep.woken)
+		}
+	}()
 	errs := make([]error, n)
 	var granted, busy, failed []int
 	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) (acquireReply, error) {

@@ -127,7 +127,7 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	var err error
 	if r.idGiven {
 		var done func(error)
-		if r.reclaim, done, err = s.c.ask(ctx, s.keys, r.id); err != nil {
+		if r.reclaim, done, err = s.c.ask(ctx, s.keys, r.id, true, r.ttl); err != nil {
 			return nil, rep, err
 		}
 		defer func() { done(err) }() // after newLease tracks a granted lease
@@ -150,20 +150,32 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	if !rep.granted {
 		return nil, rep, nil
 	}
-	l := newLease(ctx, s, r.id, rep, sent)
-	if l == nil {
-		// The reply came after the lease's local deadline: give it back,
-		// by its token, so that a later lease of the id is never touched.
-		s.c.spawn(func() { s.forget(r.id, rep.token) })
-		return nil, rep, fmt.Errorf("limiter: acquire %q: %w: the reply came after the lease's local deadline", s.name, ErrLeaseLost)
+	l, lerr := newLease(ctx, s, r.id, rep, sent)
+	if lerr != nil {
+		s.giveBack(r.id, rep.token, lerr)
+		return nil, rep, fmt.Errorf("limiter: acquire %q: %w", s.name, lerr)
 	}
 	return l, rep, nil
 }
 
+// giveBack releases a grant that newLease refused (why), by its token so
+// that a later lease of the id is never touched: in the background for a
+// late reply, before returning once Close began (so that Close, or the
+// caller after it, sees the permits free).
+func (s *Semaphore) giveBack(id, token string, why error) {
+	if errors.Is(why, ErrClosed) {
+		s.forget(id, token)
+		return
+	}
+	s.c.spawn(func() { s.forget(id, token) })
+}
+
+// forget releases a lease that has no Lease, bounded by ReleaseTimeout
+// and not by the Client's life: Close waits for it.
 func (s *Semaphore) forget(id, token string) {
-	ctx, cancel := context.WithTimeout(s.c.ctx, s.cfg.releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = s.release(ctx, id, token)
+	_, _ = within(ctx, s.c.spawn, func() (int64, error) { return s.release(ctx, id, token) })
 }
 
 // release runs the release script and wakes this Client's own waiters at
@@ -192,17 +204,25 @@ func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 	if err := s.c.Err(); err != nil {
 		return nil, err
 	}
+	// A Resume makes the lease this Client's: no reclaim of the id may run
+	// meanwhile, or both would hand out a Lease with the one token.
+	_, done, err := s.c.ask(ctx, s.keys, t.ID, false, s.cfg.ttl)
+	if err != nil {
+		return nil, err
+	}
 	sent := time.Now()
 	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl})
+	defer func() { done(err) }() // after newLease tracks a resumed lease
 	if err != nil {
 		return nil, redisError("resume", s.name, err)
 	}
 	if !rep.granted {
 		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
 	}
-	l := newLease(ctx, s, t.ID, rep, sent)
-	if l == nil {
-		return nil, fmt.Errorf("limiter: resume %q: %w: the reply came after the lease's local deadline", s.name, ErrLeaseLost)
+	l, lerr := newLease(ctx, s, t.ID, rep, sent)
+	if lerr != nil {
+		s.giveBack(t.ID, rep.token, lerr)
+		return nil, fmt.Errorf("limiter: resume %q: %w", s.name, lerr)
 	}
 	return l, nil
 }
