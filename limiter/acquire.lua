@@ -16,8 +16,11 @@ local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field)
+-- One read for everything the common paths need ('?' alone, when this
+-- request does not queue, is never a field).
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit')
 local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+local mine = wait ~= '' and st[5]
 
 -- One id, one holder: a live lease of this id is returned only to its own
 -- Client retrying after a lost reply; anyone else waits for it to end.
@@ -38,7 +41,8 @@ if st[4] then
       local reply = {1, tok, w, limit - total, 1}
       -- The retry may have queued meanwhile: its entry must not keep
       -- the room of those behind.
-      if wait ~= '' and redis.call('HDEL', KEYS[2], '?' .. wait) == 1 then
+      if mine then
+        redis.call('HDEL', KEYS[2], '?' .. wait)
         redis.call('ZREM', KEYS[3], wait)
         for _, v in ipairs(wake_fitting(now_ms, limit - total, own)) do reply[#reply + 1] = v end
       end
@@ -59,7 +63,6 @@ if not conflict and total + weight > limit then
   total = total - sweep(now_ms)
 end
 
-local mine = wait ~= '' and redis.call('HGET', KEYS[2], '?' .. wait)
 -- In order: the permits of live waiters ahead are spoken for.
 local ahead = 0
 if ARGV[11] == '1' and not conflict then
@@ -70,8 +73,17 @@ if not conflict and ahead and total + ahead + weight <= limit then
   local tok = fmt(math.max(last + 1, tonumber(ARGV[5]) or now))
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
-  redis.call('HSET', KEYS[2], field, fmt(weight) .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight),
-    'token', tok, 'limit', fmt(limit), 'keyexp', at or fmt(keyexp))
+  -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
+  -- formatting; limit and keyexp only when they change.
+  local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight), 'token', tok}
+  if st[6] ~= ARGV[1] then
+    set[9], set[10] = 'limit', ARGV[1]
+  end
+  if at then
+    local n = #set
+    set[n + 1], set[n + 2] = 'keyexp', at
+  end
+  redis.call(unpack(set))
   if at then expire_keys(at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then

@@ -1,5 +1,5 @@
 -- Read-only. Returns {id, weight, token, ms left, ...} for every live lease.
-local now_ms = math.floor(now_us() / 1000)
+local now_ms = clock_ms()
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES')
 local out = {}
 if #live == 0 then return out end

@@ -140,10 +140,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	// Until Redis has removed it, no attempt of this Client may reclaim
 	// the lease as its own.
 	defer l.sem.c.releasing(l)()
-	l.end(errReleased, false)
+	live := l.endLive(errReleased)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sem.cfg.releaseTimeout)
 	defer cancel()
-	n, err := within(ctx, l.sem.c.spawn, func() (int64, error) { return l.sem.release(ctx, l.id, l.token) })
+	n, err := within(ctx, l.sem.c.spawn, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
 	if err != nil {
 		return redisError("release", l.sem.name, err)
 	}
@@ -216,12 +216,20 @@ func (l *Lease) expire() {
 	l.end(fmt.Errorf("%w: %q lease %s: %s", ErrLeaseLost, l.sem.name, l.id, reason), auto)
 }
 
-// end finishes the lease once; lost says whether to report it as a loss.
-func (l *Lease) end(err error, lost bool) {
+// endLive ends a lease that its holder gives up and reports whether it
+// was still live: ended by nothing else and within its local deadline,
+// hence not expired in Redis.
+func (l *Lease) endLive(err error) bool {
+	return l.end(err, false) && time.Now().Before(l.localDeadline())
+}
+
+// end finishes the lease once (reporting whether this call did); lost
+// says whether to report it as a loss.
+func (l *Lease) end(err error, lost bool) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
-		return
+		return false
 	}
 	l.err = err
 	if l.watchdog != nil { // nil while newLease is still setting it up
@@ -235,11 +243,12 @@ func (l *Lease) end(err error, lost bool) {
 	l.cancel(err)
 	s.cfg.metrics.held(s.name, -1)
 	if !lost {
-		return
+		return true
 	}
 	s.cfg.metrics.lost(s.name)
 	s.cfg.logger.Warn("redsem: lease lost", "name", s.name, "id", l.id, "err", err)
 	if s.cfg.onLost != nil {
 		s.c.spawn(func() { s.cfg.onLost(l, err) })
 	}
+	return true
 }

@@ -8,7 +8,7 @@
 -- (0 gone, 1 queued, 2 queued and its permits are free: it should try
 -- now, which covers a lost wake-up).
 local n = tonumber(ARGV[1])
-local now_ms = math.floor(now_us() / 1000)
+local now_ms = clock_ms()
 local out = {}
 local st = redis.call('HMGET', KEYS[2], 'keyexp', 'total', 'limit')
 local keyexp = tonumber(st[1]) or 0
@@ -57,8 +57,8 @@ if #ARGV >= base + 1 then
   for i = 1, #waits do
     local r = 0
     if vals[i] then
-      local w, exp, channel = parse_waiter(vals[i])
-      if exp > now_ms then
+      local w, exp, channel = parse(vals[i])
+      if tonumber(exp) > now_ms then
         set[#set + 1] = fields[i]
         set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. channel
         r = 1

@@ -175,13 +175,15 @@ func (s *Semaphore) giveBack(id, token string, why error) {
 func (s *Semaphore) forget(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = within(ctx, s.c.spawn, func() (int64, error) { return s.release(ctx, id, token) })
+	_, _ = within(ctx, s.c.spawn, func() (int64, error) { return s.release(ctx, id, token, false) })
 }
 
 // release runs the release script and wakes this Client's own waiters at
-// once, without a round trip through pub/sub.
-func (s *Semaphore) release(ctx context.Context, id, token string) (int64, error) {
-	rep, err := s.c.st.release(ctx, s.keys, releaseRequest{id: id, token: token, own: s.c.channel, wake: true})
+// once, without a round trip through pub/sub. live says the caller knows
+// the lease had not expired (a Lease within its local deadline), so
+// Redis need not check.
+func (s *Semaphore) release(ctx context.Context, id, token string, live bool) (int64, error) {
+	rep, err := s.c.st.release(ctx, s.keys, releaseRequest{id: id, token: token, own: s.c.channel, wake: true, check: !live})
 	s.c.hub.wake(rep.woken)
 	return rep.freed, err
 }
@@ -237,7 +239,7 @@ func (s *Semaphore) ReleaseTicket(ctx context.Context, t Ticket) error {
 	if err := s.checkTicket(t); err != nil {
 		return err
 	}
-	n, err := s.release(ctx, t.ID, strconv.FormatInt(t.Token, 10))
+	n, err := s.release(ctx, t.ID, strconv.FormatInt(t.Token, 10), false)
 	if err != nil {
 		return redisError("release", s.name, err)
 	}

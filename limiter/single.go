@@ -168,7 +168,7 @@ func refreshArgs(b refreshBatch) [][]any {
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
-	v, err := releaseScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.own, flag(r.wake)).Slice()
+	v, err := releaseScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.own, flag(r.wake), flag(r.check)).Slice()
 	if err != nil {
 		return releaseReply{}, err
 	}

@@ -88,6 +88,9 @@ type releaseRequest struct {
 	id, token string
 	own       string // the releasing Client's wake channel
 	wake      bool
+	// check asks Redis whether the lease had expired; a Lease released
+	// within its local deadline knows it had not.
+	check bool
 }
 
 type releaseReply struct {
