@@ -39,6 +39,9 @@ func benchEnv(tb testing.TB) *Env {
 }
 
 func TestMain(m *testing.M) {
+	if IsWorker() { // a multi-process scenario re-executes the test binary
+		os.Exit(WorkerMain())
+	}
 	code := m.Run()
 	if envVal != nil {
 		envVal.Close()
@@ -134,4 +137,80 @@ func TestSmoke(t *testing.T) {
 		check(RunContended(ctx, env, MutexLoop, lib, 30, 5*time.Second, Timer{}))
 	}
 	check(RunContended(ctx, env, SemaphoreLoop, SemaphoreLib, 30, 5*time.Second, Timer{}))
+}
+
+// TestSmokeMultiProcess runs every multi-process scenario tiny (2 worker
+// processes, about 50 acquisitions) with every library that supports it:
+// every worker reports, the acquisitions add up, the merged timestamps
+// never show more holders than the limit, and commandstats agrees with the
+// workers' hooks. (The subtests keep the scenarios' full-size names.)
+func TestSmokeMultiProcess(t *testing.T) {
+	env := benchEnv(t)
+	const procs, total = 2, 50
+	for _, sc := range MultiScenarios {
+		for _, lib := range MultiLibs {
+			if !lib.supports(sc) || lib.Unavailable != "" {
+				continue
+			}
+			t.Run(sc.Name+"/"+lib.Name, func(t *testing.T) {
+				per := (total + procs*sc.Goroutines - 1) / (procs * sc.Goroutines)
+				r, err := RunMulti(context.Background(), env, sc, lib, MultiOpts{Procs: procs, PerGoroutine: per, Duration: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := r.Analyze()
+				if len(r.Reports) != procs {
+					t.Errorf("%d reports, want %d", len(r.Reports), procs)
+				}
+				if want := procs * sc.Goroutines * per; s.N != want || s.Unfinished != 0 {
+					t.Errorf("%d acquisitions (%d unfinished), want %d", s.N, s.Unfinished, want)
+				}
+				if s.ProcMin != sc.Goroutines*per || s.ProcMax != sc.Goroutines*per {
+					t.Errorf("acquisitions per process %d..%d, want %d", s.ProcMin, s.ProcMax, sc.Goroutines*per)
+				}
+				if s.Peak > sc.Limit || s.Violations > 0 {
+					t.Errorf("peak %d holders at once (limit %d), %d violations", s.Peak, sc.Limit, s.Violations)
+				}
+				if !s.CountsAgree() {
+					t.Errorf("commandstats client count %d (%d pub/sub) != hook count %d", s.Counts.client, s.Counts.pubsub, s.HookCmds)
+				}
+				if s.CmdsPerAcq() < 2 || s.SrvCallsPerAcq() < 2 {
+					t.Errorf("%.2f commands, %.2f server calls per acquisition, want >= 2", s.CmdsPerAcq(), s.SrvCallsPerAcq())
+				}
+				t.Logf("%d acquisitions in %v, peak %d, %.2f cmds/acq, %.1f srv calls/acq", s.N, s.Elapsed.Round(time.Millisecond), s.Peak, s.CmdsPerAcq(), s.SrvCallsPerAcq())
+			})
+		}
+	}
+}
+
+// TestAnalyzeMerged checks the merge of the workers' timestamps on made-up
+// reports: the gap from a release to the next acquisition while somebody
+// waits, waits cut short at the end, fairness, and an overlap of two
+// holders of a mutex showing as peak 2.
+func TestAnalyzeMerged(t *testing.T) {
+	ms := int64(time.Millisecond)
+	run := MultiRun{
+		Scenario: MultiScenario{Name: "test", Procs: 2, Goroutines: 1, Limit: 1},
+		Procs:    2, Start: 0, End: 100 * ms,
+		Reports: []workerReport{
+			{Proc: 0, Acqs: []acqRec{{0, 0, 1 * ms, 10 * ms}, {0, 10*ms + 8*ms/10, 13 * ms, 20 * ms}}},
+			{Proc: 1, Acqs: []acqRec{{0, 2 * ms, 10*ms + ms/2, 11 * ms}}, Censored: []waitRec{{0, 60 * ms}}},
+		},
+	}
+	s := run.Analyze()
+	if s.N != 3 || s.Unfinished != 1 || s.Peak != 1 || s.Violations != 0 {
+		t.Fatalf("n=%d unfinished=%d peak=%d violations=%d", s.N, s.Unfinished, s.Peak, s.Violations)
+	}
+	// Gaps: 10ms -> 10.5ms (proc 1 waited), 11ms -> 13ms (proc 0 waited).
+	if s.Gaps != 2 || s.GapP50 != time.Duration(ms/2) || s.GapP99 != 2*time.Millisecond || s.SameProc != 0 {
+		t.Errorf("gaps %d p50 %v p99 %v same-proc %d", s.Gaps, s.GapP50, s.GapP99, s.SameProc)
+	}
+	// Waits: 1, 2, 8.5 ms and 40 ms cut short.
+	if s.WaitMax != 40*time.Millisecond || s.ProcMin != 1 || s.ProcMax != 2 || s.Fairness() != 2 {
+		t.Errorf("wait max %v, per process %d..%d", s.WaitMax, s.ProcMin, s.ProcMax)
+	}
+	run.Reports[1].Acqs[0].Got = 9 * ms // overlaps proc 0's first hold
+	if s := run.Analyze(); s.Peak != 2 || s.Violations != 1 {
+		t.Errorf("overlap: peak %d violations %d, want 2 and 1", s.Peak, s.Violations)
+	}
 }

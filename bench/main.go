@@ -5,6 +5,13 @@
 //
 // It starts its own redis-server on a free loopback port unless REDIS_ADDR
 // is set. The same scenarios run as Go benchmarks: go test -bench . -run '^$'
+//
+// With -multi it also runs the multi-process scenarios (multiproc.go):
+// worker processes of this binary on the same Redis, several rounds,
+// libraries alternating, medians and ratios to the best peer:
+//
+//	go run . -multi                # both tables, ~2 min
+//	go run . -multi -inproc=false  # only the multi-process one
 package main
 
 import (
@@ -23,21 +30,38 @@ import (
 )
 
 func main() {
+	if IsWorker() {
+		os.Exit(WorkerMain())
+	}
 	nUnc := flag.Int("uncontended", 2000, "lock+unlock pairs per library, uncontended")
 	nCon := flag.Int("contended", 1000, "acquisitions per library, contended mutex")
 	nSem := flag.Int("semaphore", 2000, "acquisitions, semaphore")
 	capDur := flag.Duration("cap", 8*time.Second, "stop a contended run after this long (0 = never), reporting what it reached")
+	inproc := flag.Bool("inproc", true, "run the in-process scenarios (goroutines of this process)")
+	multi := flag.Bool("multi", false, "run the multi-process scenarios (worker processes)")
+	rounds := flag.Int("rounds", 3, "multi-process: rounds per scenario and library (medians)")
+	multiDur := flag.Duration("multi-dur", 2*time.Second, "multi-process: length of one run")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Stdout, *nUnc, *nCon, *nSem, *capDur); err != nil {
+	o := options{inproc: *inproc, multi: *multi, nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur,
+		rounds: max(*rounds, 1), multiDur: *multiDur}
+	if err := run(ctx, os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.Duration) error {
+type options struct {
+	inproc, multi    bool
+	nUnc, nCon, nSem int
+	capDur           time.Duration
+	rounds           int
+	multiDur         time.Duration
+}
+
+func run(ctx context.Context, out io.Writer, o options) error {
 	srv, err := startRedis()
 	if err != nil {
 		return err
@@ -52,10 +76,65 @@ func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.D
 	fmt.Fprintf(out, "redis %s at %s (%s), Go %s, GOMAXPROCS %d, NumCPU %d\n",
 		infoField(info, "redis_version"), srv.Addr, map[bool]string{true: "REDIS_ADDR", false: "started by bench"}[srv.cmd == nil],
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	begin := time.Now()
+	if o.inproc {
+		if err := runInProcess(ctx, out, env, o.nUnc, o.nCon, o.nSem, o.capDur); err != nil {
+			return err
+		}
+	}
+	if o.multi {
+		rows, err := runMulti(ctx, env, o.rounds, o.multiDur)
+		if err != nil {
+			return err
+		}
+		printMulti(out, rows, o.rounds, o.multiDur)
+	}
+	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// runMulti runs every multi-process scenario: per scenario, rounds
+// rounds, in each every library once, starting with a different one each
+// round.
+func runMulti(ctx context.Context, env *Env, rounds int, dur time.Duration) ([]MultiRow, error) {
+	var rows []MultiRow
+	for _, sc := range MultiScenarios {
+		var idx []int
+		for _, lib := range MultiLibs {
+			row := MultiRow{Scenario: sc, Lib: lib}
+			switch {
+			case !lib.supports(sc) && sc.Limit == 1:
+				continue // a peer for the semaphore only
+			case !lib.supports(sc):
+				row.NA = "no semaphore"
+			case lib.Unavailable != "":
+				row.NA = lib.Unavailable
+			default:
+				idx = append(idx, len(rows))
+			}
+			rows = append(rows, row)
+		}
+		for round := range rounds {
+			for k := range idx {
+				i := idx[(k+round)%len(idx)]
+				r, err := RunMulti(ctx, env, sc, rows[i].Lib, MultiOpts{Duration: dur})
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s, round %d: %w", sc.Name, rows[i].Lib.Name, round+1, err)
+				}
+				s := r.Analyze()
+				fmt.Fprintf(os.Stderr, "multi: %s, %s, round %d: %d acquisitions, %.0f/s, peak %d\n",
+					sc.Name, rows[i].Lib.Name, round+1, s.N, s.AcqPerSec(), s.Peak)
+				rows[i].Rounds = append(rows[i].Rounds, s)
+			}
+		}
+	}
+	return rows, nil
+}
+
+func runInProcess(ctx context.Context, out io.Writer, env *Env, nUnc, nCon, nSem int, capDur time.Duration) error {
 	fmt.Fprintf(out, "contended: %d workers, each loop lock -> hold %v -> unlock (-> think %v in %q); cap %v per run\n\n",
 		workers, hold, MutexThink.Think, MutexThink.Name, capDur)
 
-	begin := time.Now()
 	var results []Result
 	// Interleaved rounds, so a burst of load from elsewhere on the machine
 	// hits every library alike; the median round counts.
@@ -89,7 +168,6 @@ func run(ctx context.Context, out io.Writer, nUnc, nCon, nSem int, capDur time.D
 
 	printTable(out, results)
 	printDetails(out, results)
-	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
 	return nil
 }
 
