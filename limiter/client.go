@@ -7,7 +7,9 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,9 +25,10 @@ import (
 // A Client is safe for concurrent use.
 type Client struct {
 	st      store
-	cfg     config // defaults of its semaphores
-	id      string // owner of its leases in Redis
-	channel string // where releases wake its waiters
+	cfg     config        // defaults of its semaphores
+	id      string        // owner of its leases in Redis
+	seq     atomic.Uint64 // numbers the ids it makes up (newID)
+	channel string        // where releases wake its waiters
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -191,6 +194,14 @@ func (c *Client) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("limiter: close: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
+}
+
+// newID makes up a lease or wait id: unique because the Client's id is a
+// random UUID, and cheaper than a UUID per acquisition (no read of the
+// system's random source on the common path). Ids need not be secret: a
+// lease is released or taken over only with its token.
+func (c *Client) newID() string {
+	return c.id + "." + strconv.FormatUint(c.seq.Add(1), 36)
 }
 
 // spawn runs fn in a goroutine that Close waits for.

@@ -178,7 +178,8 @@ type AcquireOption func(*acquireRequest)
 // Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
 func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight = n } }
 
-// ID sets the lease id (default: 128 random bits). An id names one holder
+// ID sets the lease id (default: unique, made up by the Client: its random
+// id and a sequence number). An id names one holder
 // at a time: acquiring with an id that a live lease of another holder has
 // (another process, or another Lease of this Client) waits its turn like
 // any request. Only a retry after a lost reply (same Client, no live Lease

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // maxLimit keeps permit sums exact in Lua, whose numbers are doubles.
@@ -59,7 +57,7 @@ func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireR
 		return r, argError("ID", `""`, "must not be empty")
 	}
 	if !r.idGiven {
-		r.id = uuid.NewString()
+		r.id = s.c.newID()
 	}
 	return r, s.c.Err()
 }

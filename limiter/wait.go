@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // maxFallbackWait caps how long the head waiter sleeps without a wake-up
@@ -38,9 +36,9 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		subscribed = false
 		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
 	}
-	waitID := r.id // random, so unique; a given id may be asked for twice
+	waitID := r.id // made up, so unique; a given id may be asked for twice
 	if r.idGiven {
-		waitID = uuid.NewString()
+		waitID = c.newID()
 	}
 	w := c.hub.add(s, waitID)
 	r.wait = w.id
