@@ -2,21 +2,52 @@ package asynqmw_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// drain enqueues n tasks, then starts a server (concurrency 10) with h and
-// returns how long it took to process them all.
-func drain(b *testing.B, n int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) time.Duration {
+// redisCPU is the CPU time the Redis server used so far (INFO cpu).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// roundTrips counts the calls (a pipeline is one) a go-redis client makes.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// drain enqueues n tasks on srv, then starts a server (concurrency 10)
+// with h and returns how long it took to process them all, and the Redis
+// CPU time that took.
+func drain(b *testing.B, srv *redistest.Server, n int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) (time.Duration, time.Duration) {
 	b.Helper()
-	srv := redistest.StartServer(b)
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	for range n {
@@ -42,6 +73,8 @@ func drain(b *testing.B, n int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) ti
 		IsFailure: asynqmw.IsFailure(nil), RetryDelayFunc: asynqmw.RetryDelay(nil),
 		DelayedTaskCheckInterval: 50 * time.Millisecond,
 	})
+	rdb := srv.Client(b)
+	before := redisCPU(b, rdb)
 	start := time.Now()
 	if err := s.Start(wrapped); err != nil {
 		b.Fatal(err)
@@ -52,23 +85,34 @@ func drain(b *testing.B, n int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) ti
 	case <-time.After(5 * time.Minute):
 		b.Fatal("tasks did not finish")
 	}
-	return time.Since(start)
+	took := time.Since(start)
+	return took, redisCPU(b, rdb) - before
 }
 
 // BenchmarkNoopThroughput: no-op tasks through an ungated server and one
-// gated by a cap that never binds (limit 1000). Goal: gated >= 80%.
+// gated by a cap that never binds (limit 1000), each on its own Redis, in
+// the same run. Goal: gated >= 80%. It also reports what gating adds per
+// task: round trips of the limiter's go-redis client, and Redis CPU time.
 func BenchmarkNoopThroughput(b *testing.B) {
 	noop := func(context.Context, *asynq.Task) error { return nil }
-	ungated := drain(b, b.N, nil, noop)
+	ungated, plainCPU := drain(b, redistest.StartServer(b), b.N, nil, noop)
 	srv := redistest.StartServer(b)
-	mw, err := asynqmw.New(redistest.Limiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 1000}})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	var trips roundTrips
+	rdb.AddHook(&trips)
+	mw, err := asynqmw.New(redistest.Limiter(b, rdb), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 1000}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	gated := drain(b, b.N, mw, noop)
-	b.ReportMetric(float64(b.N)/ungated.Seconds(), "ungated-tasks/s")
-	b.ReportMetric(float64(b.N)/gated.Seconds(), "gated-tasks/s")
+	gated, gatedCPU := drain(b, srv, b.N, mw, noop)
+	n := float64(b.N)
+	b.ReportMetric(n/ungated.Seconds(), "ungated-tasks/s")
+	b.ReportMetric(n/gated.Seconds(), "gated-tasks/s")
 	b.ReportMetric(ungated.Seconds()/gated.Seconds(), "gated/ungated")
+	b.ReportMetric(float64(trips.n.Load())/n, "added-round-trips/task")
+	b.ReportMetric(float64(plainCPU.Microseconds())/n, "redis-cpu-µs/ungated-task")
+	b.ReportMetric(float64((gatedCPU-plainCPU).Microseconds())/n, "added-redis-cpu-µs/task")
 }
 
 // BenchmarkBindingCap: 10 handlers, limit 3, 20ms tasks: the ideal is
@@ -80,7 +124,7 @@ func BenchmarkBindingCap(b *testing.B) {
 		b.Fatal(err)
 	}
 	const task = 20 * time.Millisecond
-	took := drain(b, b.N, mw, func(context.Context, *asynq.Task) error {
+	took, _ := drain(b, srv, b.N, mw, func(context.Context, *asynq.Task) error {
 		time.Sleep(task)
 		return nil
 	})

@@ -1,18 +1,24 @@
 package asynqmw
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/redsem/redsem/limiter"
 )
+
+// DefaultLastTryWait bounds how long a task on its last try waits for its
+// permits, when LastTryWait does not say.
+const DefaultLastTryWait = time.Minute
 
 // Option configures New.
 type Option func(*options)
@@ -23,9 +29,14 @@ type options struct {
 	limiterOpts    []limiter.Option
 	releaseTimeout time.Duration // 0: the limiter Client's
 	releaseSet     bool
+	lastTryWait    time.Duration
+	maxGated       time.Duration
+	inspector      *asynq.Inspector
+	maxGatedSet    bool
 }
 
-// Metrics reports gated tasks, waits, busy re-queues and lost leases to c.
+// Metrics reports gated tasks, waits, busy re-queues and lost leases to c,
+// labelled by rule name (never by key).
 func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 
 // Logger sets where lost leases and failed releases are logged (default
@@ -33,10 +44,12 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.Prefix,
-// limiter.Metrics, limiter.ReleaseTimeout); they override the options the
-// limiter.Client was made with. The rules' TTL and waits override the
-// limiter's TTL, AcquireTimeout and AttemptsLimit. A bad option makes New
-// return the limiter's *ArgumentError.
+// limiter.ReleaseTimeout); they override the options the limiter.Client
+// was made with. The rules' TTL and waits override the limiter's TTL,
+// AcquireTimeout and AttemptsLimit. A bad option makes New return the
+// limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
+// name, which for a Key rule is one series per key: the middleware's own
+// Metrics are labelled by rule.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
@@ -52,54 +65,97 @@ func ReleaseTimeout(d time.Duration) Option {
 	return func(o *options) { o.releaseTimeout, o.releaseSet = d, true }
 }
 
+// LastTryWait bounds how long a task on its last try waits for its
+// permits (default DefaultLastTryWait), holding its asynq worker slot
+// meanwhile; the task's deadline bounds it too. Such a task is archived by
+// asynq whatever it returns, so it waits longer than MaxWait rather than
+// be archived after one short wait; if no permit frees within d it
+// returns a *BusyError and is archived. d <= 0 makes New return a
+// *ConfigError.
+func LastTryWait(d time.Duration) Option { return func(o *options) { o.lastTryWait = d } }
+
+// MaxGated caps the total time a task may spend gated across its busy
+// re-queues. A busy re-queue is free (IsFailure), so without a cap a task
+// whose permits never free is re-queued forever. With it, a task that
+// returns busy looks up, with insp, when its busy re-queues began (the
+// time is kept in its last error, which asynq stores); once that is more
+// than d ago, its *BusyError has Exceeded set and IsFailure counts it as
+// a failure, so asynq spends a retry on each further busy return and
+// archives the task when they run out. The clock restarts after any other
+// error. The lookup is one read of asynq's Redis, on busy returns only; if
+// it fails, the clock starts anew at this run. On its last try a task
+// waits at most what is left of d (but at least MaxWait), looked up when
+// it starts. d <= 0 or a nil insp makes New return a *ConfigError.
+func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
+	return func(o *options) { o.maxGated, o.inspector, o.maxGatedSet = d, insp, true }
+}
+
 type middleware struct {
 	client *limiter.Client
-	rules  []Rule
+	rules  []*rule
+	sems   [][]limiter.Option // per rule: the options of its semaphores
 	opts   options
-
-	mu    sync.Mutex
-	gates map[string]*limiter.Semaphore
 }
 
 // errGateTimeout ends a wait that is to be reported as busy.
 var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 
 // New returns the middleware for mux.Use, gating tasks with semaphores of
-// client (made here, one per rule name, and one per key of a Key rule on
-// first use). Close client only after the asynq servers using the
-// middleware have shut down: the waits its Close ends fail with
-// limiter.ErrClosed (asynq retries them as errors), and the leases of
-// handlers still running are released, their contexts cancelled with
-// cause limiter.ErrNotHeld.
+// client. Semaphores are cheap values made per task (one per matching
+// rule, and per key of a Key rule): nothing is kept per key between tasks.
+// Close client only after the asynq servers using the middleware have
+// shut down: the waits its Close ends fail with limiter.ErrClosed (asynq
+// retries them as errors), and the leases of handlers still running are
+// released, their contexts cancelled with cause limiter.ErrNotHeld.
 //
 // A nil client gives a *limiter.ArgumentError naming "client"; invalid
 // rules or options give a *ConfigError (or the limiter's *ArgumentError)
 // naming what is wrong; a closed client gives limiter.ErrClosed. Nothing
 // is sent to Redis.
 //
-// On a task a rule matches, the handler runs only while it holds a lease
-// (id = the task id) on the rule's semaphore. If no permit frees within
-// MaxWait, the task returns a *BusyError (see IsFailure and RetryDelay);
-// if the task's own context ends first, its error wrapping the context's
-// cause; a Redis failure is returned wrapped, and asynq retries as for
-// any error. If the lease is lost while the handler runs, the handler's
-// context is cancelled with cause limiter.ErrLeaseLost, and the loss is
-// counted and logged. The lease is released when the handler returns or
-// panics, whatever it returns, also when asynq has given up on it (a new
-// run of the task, under the same lease id, waits for that release); a
-// failed release is logged and the permit comes back at the rule's TTL.
-// The task returns what the handler returned: neither a lost lease nor a
-// failed release turns a handler's success into a failure.
+// A task runs its handler only while it holds a permit of every rule that
+// matches it. It takes them one after the other in the order of the rules
+// (a name's place is that of its first rule; two keys of one name go in
+// key order), so tasks matching the same rules never deadlock, and holds
+// the earlier permits while it waits for the later ones: list the
+// narrowest rules (per key) first, so that a task waiting for its
+// customer's permit does not sit on a fleet-wide one. Every process must
+// list shared rules in the same order. The permits are released in
+// reverse order when the handler returns.
+//
+// While it waits, a gated task occupies one of its asynq server's
+// Concurrency slots: tasks no rule matches get only the slots left. The
+// wait for all permits is bounded by the smallest MaxWait of the matching
+// rules, ending a little before the task's deadline if that comes first,
+// and on the task's last try by LastTryWait. If it runs out, the task
+// releases what it took and returns a *BusyError (see IsFailure and
+// RetryDelay); if the task's context ends first, an error wrapping the
+// context's cause; a Redis failure or limiter.ErrClosed is returned
+// wrapped. asynq retries these as for any error.
+//
+// Each run of a task (a first try, a busy re-queue, a retry after a
+// failure or a deadline) holds its own leases, with the id
+// queue:taskID:retryCount:random, so a handler that outlives its deadline
+// and asynq's retry of the task hold a permit each and never share one;
+// the permit of a run whose worker crashed comes back at the rule's TTL.
+// The handler runs under the leases (limiter.Lease.Run), nested:
+// limiter.LeaseFrom(ctx) gives the last one taken. If a lease is lost
+// while the handler runs, the handler's context is cancelled with cause
+// limiter.ErrLeaseLost, and the loss is counted and logged. The leases are
+// released when the handler returns or panics, whatever it returns, also
+// when asynq has given up on it; a failed release is logged and the permit
+// comes back at the rule's TTL. The task returns what the handler
+// returned: neither a lost lease nor a failed release turns a handler's
+// success into a failure.
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if client == nil {
 		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
 	}
-	rules, err := validate(rules)
+	rs, err := validate(rules)
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{client: client, rules: rules, gates: map[string]*limiter.Semaphore{},
-		opts: options{logger: slog.Default()}}
+	m := &middleware{client: client, rules: rs, opts: options{logger: slog.Default(), lastTryWait: DefaultLastTryWait}}
 	for _, o := range opts {
 		if o != nil {
 			o(&m.opts)
@@ -108,95 +164,155 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 	if m.opts.logger == nil {
 		m.opts.logger = slog.Default()
 	}
+	if m.opts.lastTryWait <= 0 {
+		return nil, &ConfigError{Rule: -1, Field: "LastTryWait", Reason: "must be > 0"}
+	}
+	if m.opts.maxGatedSet {
+		switch {
+		case m.opts.maxGated <= 0:
+			return nil, &ConfigError{Rule: -1, Field: "MaxGated", Reason: "must be > 0"}
+		case m.opts.inspector == nil:
+			return nil, &ConfigError{Rule: -1, Field: "MaxGated", Reason: "needs an *asynq.Inspector"}
+		}
+	}
 	if m.opts.releaseSet {
 		if m.opts.releaseTimeout <= 0 {
-			return nil, &ConfigError{Rule: -1, Reason: "ReleaseTimeout must be > 0"}
+			return nil, &ConfigError{Rule: -1, Field: "ReleaseTimeout", Reason: "must be > 0"}
 		}
 		m.opts.limiterOpts = append(m.opts.limiterOpts, limiter.ReleaseTimeout(m.opts.releaseTimeout))
 	}
-	for i, r := range rules {
-		if _, err := m.gate(r, r.Name); err != nil {
+	for i, r := range rs {
+		// The rule's TTL and an unbounded AcquireTimeout come after the
+		// user's limiter options, so they win: waits are bounded here.
+		o := append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
+		m.sems = append(m.sems, o)
+		if _, err := client.Semaphore(r.Name, r.Limit, o...); err != nil { // validates the options now
 			return nil, fmt.Errorf("asynqmw: rule %d: %w", i, err)
 		}
 	}
 	return m.wrap, nil
 }
 
-// gate returns the semaphore of a name and TTL, made on first use (a Key
-// rule makes one per key; entries are never evicted). The rule's TTL and
-// an unbounded AcquireTimeout come after the user's limiter options, so
-// they win: waits are bounded by the handler's context alone.
-func (m *middleware) gate(r Rule, name string) (*limiter.Semaphore, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := fmt.Sprintf("%s/%v", name, r.TTL)
-	if sem, ok := m.gates[key]; ok {
-		return sem, nil
-	}
-	opts := append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
-	sem, err := m.client.Semaphore(name, r.Limit, opts...)
-	if err != nil {
-		return nil, err
-	}
-	m.gates[key] = sem
-	return sem, nil
-}
-
-func (m *middleware) match(t *asynq.Task) (Rule, string, bool) {
+// gates returns the semaphores a task must hold, in acquisition order,
+// each once.
+func (m *middleware) gates(ctx context.Context, t *asynq.Task) ([]gate, error) {
+	var gs []gate
 	for _, r := range m.rules {
-		if name, ok := r.matches(t); ok {
-			return r, name, true
+		g, ok, err := r.match(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if ok && !slices.ContainsFunc(gs, func(h gate) bool { return h.name == g.name }) {
+			gs = append(gs, g)
 		}
 	}
-	return Rule{}, "", false
+	slices.SortStableFunc(gs, func(a, b gate) int {
+		return cmp.Or(cmp.Compare(a.r.order, b.r.order), cmp.Compare(a.name, b.name))
+	})
+	return gs, nil
 }
 
 func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		r, name, ok := m.match(t)
-		if !ok {
-			return next.ProcessTask(ctx, t)
-		}
-		sem, err := m.gate(r, name)
+		gs, err := m.gates(ctx, t)
 		if err != nil {
 			return err
 		}
-		m.opts.metrics.gated(r.Name)
-		opts := []limiter.AcquireOption{limiter.Weight(r.Weight)}
-		if id, ok := asynq.GetTaskID(ctx); ok {
-			opts = append(opts, limiter.ID(id))
+		if len(gs) == 0 {
+			return next.ProcessTask(ctx, t)
+		}
+		maxWait := gs[0].r.MaxWait
+		for _, g := range gs[1:] {
+			maxWait = min(maxWait, g.r.MaxWait)
 		}
 		start := time.Now()
-		waitCtx, cancel := waitFor(ctx, r.MaxWait)
-		lease, err := sem.Acquire(waitCtx, opts...)
-		cancel()
-		m.opts.metrics.waited(r.Name, time.Since(start))
-		if err != nil {
-			if errors.Is(err, errGateTimeout) {
-				m.opts.metrics.requeued(r.Name)
-				return &BusyError{Rule: r.Name, Semaphore: name, RetryIn: max(r.MaxWait, minRetryIn), err: err}
+		until := m.waitUntil(ctx, maxWait)
+		id := runID(ctx)
+
+		var out error // what the task returns
+		var through func(ctx context.Context, i int)
+		through = func(ctx context.Context, i int) {
+			if i == len(gs) {
+				out = next.ProcessTask(ctx, t)
+				return
 			}
-			return fmt.Errorf("asynqmw: %s: %w", name, err)
+			lease, err := m.acquire(ctx, gs[i], id, until)
+			if err != nil {
+				var busy *BusyError
+				if errors.As(err, &busy) {
+					m.gatedSince(ctx, busy, start)
+				}
+				out = err
+				return
+			}
+			m.run(ctx, t, lease, gs[i].r.Name, func(ctx context.Context) error {
+				through(ctx, i+1)
+				return out
+			})
 		}
-		return m.run(ctx, t, next, lease, r.Name)
+		through(ctx, 0)
+		return out
 	})
 }
 
-// waitFor bounds the wait for a permit. With retries left: MaxWait, but
-// ending a little before the task's deadline, so that the task returns
-// busy (no retry spent) rather than fail on its deadline. On the last try
-// (asynq archives at Retried >= MaxRetry whatever IsFailure says, so busy
-// would archive it): until the deadline.
-func waitFor(ctx context.Context, maxWait time.Duration) (context.Context, context.CancelFunc) {
-	if lastTry(ctx) {
-		return context.WithCancel(ctx)
+// runID names one run of a task: its queue and id (ids are unique per
+// queue only), its retry count, and a random part, since a busy re-queue
+// or a retry after a lost asynq lease keeps the retry count.
+func runID(ctx context.Context) string {
+	id, ok := asynq.GetTaskID(ctx)
+	if !ok {
+		return "" // not run by asynq: the limiter's random id
 	}
+	q, _ := asynq.GetQueueName(ctx)
+	n, _ := asynq.GetRetryCount(ctx)
+	return q + ":" + id + ":" + strconv.Itoa(n) + ":" + strconv.FormatUint(rand.Uint64(), 36)
+}
+
+// waitUntil bounds the wait for every permit of a task. With retries
+// left: maxWait, but ending a little before the task's deadline, so that
+// the task returns busy (no retry spent) rather than fail on its
+// deadline. On the last try (asynq archives at Retried >= MaxRetry
+// whatever IsFailure says): LastTryWait, but not past MaxGated (unless
+// that leaves less than maxWait), and before the deadline.
+func (m *middleware) waitUntil(ctx context.Context, maxWait time.Duration) time.Time {
 	wait := maxWait
+	if lastTry(ctx) {
+		wait = m.opts.lastTryWait
+		if m.opts.inspector != nil { // not past MaxGated either
+			left := m.opts.maxGated - time.Since(m.since(ctx, time.Now()))
+			wait = min(wait, max(left, maxWait))
+		}
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		wait = min(wait, left-min(time.Second, left/10))
 	}
-	return context.WithTimeoutCause(ctx, wait, errGateTimeout)
+	return time.Now().Add(wait)
+}
+
+// gatedSince sets busy.Since to when the task's busy re-queues began, and
+// Exceeded when that is more than MaxGated ago.
+func (m *middleware) gatedSince(ctx context.Context, busy *BusyError, start time.Time) {
+	if m.opts.inspector == nil {
+		return
+	}
+	busy.Since = m.since(ctx, start)
+	busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
+}
+
+// since returns when the task's busy re-queues began, as its last error
+// says, or start.
+func (m *middleware) since(ctx context.Context, start time.Time) time.Time {
+	q, ok1 := asynq.GetQueueName(ctx)
+	id, ok2 := asynq.GetTaskID(ctx)
+	if ok1 && ok2 {
+		if info, err := m.opts.inspector.GetTaskInfo(q, id); err == nil {
+			if since, ok := parseSince(info.LastErr); ok && since.Before(start) {
+				return since
+			}
+		}
+	}
+	return start
 }
 
 // lastTry reports whether a failure now would archive the task.
@@ -206,25 +322,49 @@ func lastTry(ctx context.Context) bool {
 	return ok1 && ok2 && retried >= maxRetry
 }
 
-// run runs the handler under the lease (see limiter.Lease.Run), which
-// releases it when the handler returns or panics (asynq recovers the
-// panic), unless it was lost. It returns the handler's error.
-func (m *middleware) run(ctx context.Context, t *asynq.Task, next asynq.Handler, lease *limiter.Lease, rule string) error {
+// acquire waits until until for a permit of g, under the lease id id
+// (random when empty).
+func (m *middleware) acquire(ctx context.Context, g gate, id string, until time.Time) (*limiter.Lease, error) {
+	sem, err := m.client.Semaphore(g.name, g.limit, m.sems[g.r.index]...)
+	if err != nil {
+		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
+	}
+	m.opts.metrics.gated(g.r.Name)
+	opts := []limiter.AcquireOption{limiter.Weight(g.r.Weight)}
+	if id != "" {
+		opts = append(opts, limiter.ID(id))
+	}
+	start := time.Now()
+	waitCtx, cancel := context.WithDeadlineCause(ctx, until, errGateTimeout)
+	lease, err := sem.Acquire(waitCtx, opts...)
+	cancel()
+	m.opts.metrics.waited(g.r.Name, time.Since(start))
+	if err != nil {
+		if errors.Is(err, errGateTimeout) {
+			m.opts.metrics.requeued(g.r.Name)
+			return nil, &BusyError{Rule: g.r.Name, Semaphore: g.name, RetryIn: max(g.r.MaxWait, minRetryIn), err: err}
+		}
+		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
+	}
+	return lease, nil
+}
+
+// run runs fn under the lease (see limiter.Lease.Run), which releases it
+// when fn returns or panics (asynq recovers the panic), unless it was
+// lost; a loss is counted and logged, a failed release logged.
+func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) {
 	defer func() { // also when the handler panicked
 		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
 			m.opts.metrics.lost(rule)
 			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
 		}
 	}()
-	var herr error // the handler's own error, returned unchanged
-	err := lease.Run(ctx, func(ctx context.Context) error {
-		herr = next.ProcessTask(ctx, t)
-		return herr
-	})
+	m.opts.metrics.runs(rule, 1)
+	defer m.opts.metrics.runs(rule, -1)
+	err := lease.Run(ctx, fn)
 	var rerr *limiter.ReleaseError
 	if errors.As(err, &rerr) {
 		// Not fatal: the permit comes back when the lease's TTL runs out.
 		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", rerr)
 	}
-	return herr
 }

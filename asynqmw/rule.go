@@ -1,6 +1,7 @@
 package asynqmw
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -14,22 +15,32 @@ import (
 // re-queued, when its rule does not say.
 const DefaultMaxWait = 5 * time.Second
 
-// Rule maps tasks to a semaphore. A task is gated by the first rule that
-// matches it; tasks no rule matches run ungated.
+// Rule maps tasks to a semaphore. Every rule that matches a task applies:
+// the task runs only while it holds a permit of each (see New for the
+// order). Tasks no rule matches run ungated.
 type Rule struct {
 	// Name names the semaphore (required). Rules may share a name only
-	// with the same Limit: they then share the permits.
+	// with the same Limit: they then share the permits, and a task that
+	// several of them match takes the permit once (with the first such
+	// rule's Weight, TTL and MaxWait).
 	Name string
 	// Type matches tasks of exactly this type; TypePrefix, tasks whose
 	// type starts with it. At most one of them; with neither, the rule
-	// matches every task (Key may still decline).
+	// matches every type.
 	Type       string
 	TypePrefix string
-	// Key, when set, gives every key its own semaphore of Limit permits,
-	// named Name+":"+key: per-customer caps from a payload field or a
-	// header. A task for which it returns ok == false is not gated by
-	// this rule (the next rule may match).
-	Key func(t *asynq.Task) (key string, ok bool)
+	// Queue, when set, matches only tasks pulled from this asynq queue.
+	Queue string
+	// Key, when set, gives every key its own semaphore of Limit permits
+	// (or KeyLimit's), named Name+":"+key: per-customer caps from a
+	// payload field or a header. ctx is the handler's (asynq.GetQueueName
+	// and the other asynq.Get* work on it). A task for which it returns
+	// ok == false is not gated by this rule (other rules still apply).
+	Key func(ctx context.Context, t *asynq.Task) (key string, ok bool)
+	// KeyLimit, with Key, gives each key's limit; 0 means Limit. A value
+	// below 0, or below the rule's Weight, fails the task with a
+	// *ConfigError (asynq retries it as any error).
+	KeyLimit func(key string) int64
 	// Limit is the number of permits (required, >= 1).
 	Limit int64
 	// Weight is the permits one task takes (default 1, <= Limit).
@@ -38,29 +49,59 @@ type Rule struct {
 	// limiter.DefaultTTL). The lease is refreshed while the handler runs.
 	TTL time.Duration
 	// MaxWait is how long a task waits for a permit before it is
-	// re-queued (default DefaultMaxWait).
+	// re-queued (default DefaultMaxWait). A task matched by several rules
+	// waits at most the smallest of their MaxWaits for all its permits.
 	MaxWait time.Duration
 }
 
-func (r Rule) matches(t *asynq.Task) (name string, ok bool) {
+// rule is a validated Rule with its place in the acquisition order.
+type rule struct {
+	Rule
+	index int // in the rules given to New
+	order int // index of the first rule with the same Name
+}
+
+// gate is one semaphore a task must hold a permit of.
+type gate struct {
+	r     *rule
+	name  string // the semaphore's name: Name, or Name:key
+	limit int64
+}
+
+func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
 	switch {
 	case r.Type != "" && t.Type() != r.Type:
-		return "", false
+		return gate{}, false, nil
 	case r.TypePrefix != "" && !strings.HasPrefix(t.Type(), r.TypePrefix):
-		return "", false
-	case r.Key == nil:
-		return r.Name, true
+		return gate{}, false, nil
+	case r.Queue != "":
+		if q, _ := asynq.GetQueueName(ctx); q != r.Queue {
+			return gate{}, false, nil
+		}
 	}
-	key, ok := r.Key(t)
+	if r.Key == nil {
+		return gate{r: r, name: r.Name, limit: r.Limit}, true, nil
+	}
+	key, ok := r.Key(ctx, t)
 	if !ok {
-		return "", false
+		return gate{}, false, nil
 	}
-	return r.Name + ":" + key, true
+	limit := r.Limit
+	if r.KeyLimit != nil {
+		if l := r.KeyLimit(key); l != 0 {
+			limit = l
+		}
+		if limit < 1 || limit < r.Weight {
+			return gate{}, false, &ConfigError{Rule: r.index, Field: "KeyLimit",
+				Reason: fmt.Sprintf("gave %d for key %q: must be >= 1 and >= Weight %d", limit, key, r.Weight)}
+		}
+	}
+	return gate{r: r, name: r.Name + ":" + key, limit: limit}, true, nil
 }
 
 // ConfigError names the rule and the field of it that is wrong.
 type ConfigError struct {
-	Rule   int // index in the rules; -1 for the list itself
+	Rule   int // index in the rules; -1 for the list itself or an option
 	Field  string
 	Reason string
 }
@@ -68,6 +109,9 @@ type ConfigError struct {
 // Error says which rule and field are wrong and why.
 func (e *ConfigError) Error() string {
 	if e.Rule < 0 {
+		if e.Field != "" {
+			return fmt.Sprintf("asynqmw: %s %s", e.Field, e.Reason)
+		}
 		return "asynqmw: " + e.Reason
 	}
 	return fmt.Sprintf("asynqmw: rule %d: %s %s", e.Rule, e.Field, e.Reason)
@@ -76,12 +120,13 @@ func (e *ConfigError) Error() string {
 // Is makes errors.Is(err, limiter.ErrInvalidArgument) true.
 func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvalidArgument }
 
-func validate(rules []Rule) ([]Rule, error) {
+func validate(rules []Rule) ([]*rule, error) {
 	if len(rules) == 0 {
 		return nil, &ConfigError{Rule: -1, Reason: "no rules"}
 	}
-	out := make([]Rule, len(rules))
+	out := make([]*rule, len(rules))
 	limits := map[string]int64{}
+	first := map[string]int{}
 	for i, r := range rules {
 		bad := func(field, reason string) error { return &ConfigError{Rule: i, Field: field, Reason: reason} }
 		switch {
@@ -97,11 +142,16 @@ func validate(rules []Rule) ([]Rule, error) {
 			return nil, bad("TTL", "must not be negative")
 		case r.MaxWait < 0:
 			return nil, bad("MaxWait", "must not be negative")
+		case r.KeyLimit != nil && r.Key == nil:
+			return nil, bad("KeyLimit", "needs Key")
 		}
 		if l, seen := limits[r.Name]; seen && l != r.Limit {
 			return nil, bad("Limit", fmt.Sprintf("%d differs from %d of another rule named %q", r.Limit, l, r.Name))
 		}
 		limits[r.Name] = r.Limit
+		if _, seen := first[r.Name]; !seen {
+			first[r.Name] = i
+		}
 		if r.Weight == 0 {
 			r.Weight = 1
 		}
@@ -111,7 +161,19 @@ func validate(rules []Rule) ([]Rule, error) {
 		if r.MaxWait == 0 {
 			r.MaxWait = DefaultMaxWait
 		}
-		out[i] = r
+		out[i] = &rule{Rule: r, index: i, order: first[r.Name]}
+	}
+	// A keyed rule's semaphores are Name:key: no other rule may name one.
+	for _, k := range out {
+		if k.Key == nil {
+			continue
+		}
+		for _, r := range out {
+			if strings.HasPrefix(r.Name, k.Name+":") {
+				return nil, &ConfigError{Rule: r.index, Field: "Name",
+					Reason: fmt.Sprintf("%q would share a semaphore with the keys of rule %d (%q)", r.Name, k.index, k.Name)}
+			}
+		}
 	}
 	return out, nil
 }

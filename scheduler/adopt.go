@@ -1,12 +1,14 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
+	"strings"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -16,34 +18,50 @@ import (
 // Adopt returns the worker-side middleware (see the package doc), which
 // resumes leases with semaphores of lc. lc must reach the scheduler's
 // Redis, with the same key prefix (LimiterOptions). Tasks without a
-// ticket header pass straight through. A nil lc gives a
+// ticket header pass straight through. A nil lc gives an error wrapping a
 // *limiter.ArgumentError naming it, a bad option the limiter's
 // *ArgumentError, a closed lc limiter.ErrClosed; nothing is sent to Redis.
 //
-// A ticket whose lease is gone makes the task return an error wrapping
-// asynq.SkipRetry and limiter.ErrNotHeld: it is archived, never run. A
-// malformed ticket is skipped the same way. A Redis failure while resuming
-// (wrapped), or limiter.ErrClosed once lc is closed, is returned, so asynq
-// retries the task.
+// The first run of a tick takes the lease over from the ticket (a
+// transfer: the lease gets the WorkerTTL and a new fencing token). The
+// handler runs under it (limiter.Lease.Run), kept alive;
+// limiter.LeaseFrom(ctx) gives it the lease, for its fencing token. If the
+// lease is lost, the handler's context is cancelled with cause
+// limiter.ErrLeaseLost and the loss is logged. When the handler returns or
+// panics, the lease is released, whatever it returns and also when asynq
+// has given up on it at its deadline; a failed release is logged and the
+// lock frees at the WorkerTTL. The task returns what the handler returned,
+// with one exception:
 //
-// The handler runs under the adopted lease (limiter.Lease.Run), kept alive
-// with the WorkerTTL; limiter.LeaseFrom(ctx) gives it the lease, for its
-// fencing token. If the lease is lost, the handler's context is cancelled
-// with cause limiter.ErrLeaseLost and the loss is logged. When the handler
-// returns or panics, the lease is released, whatever it returns and also
-// when asynq has given up on it (its retry cannot resume the same ticket:
-// adopting gave the lease a new token); a failed release is logged and
-// the lock frees at the WorkerTTL. The task returns what the handler
-// returned. Close lc after the asynq server has shut down: its Close
-// releases the leases of handlers still running, cancelling their
-// contexts with cause limiter.ErrNotHeld.
+// A handler that returns an error that asynq will retry (retries left; not
+// asynq.SkipRetry or asynq.RevokeTask) keeps the lock for that retry
+// rather than release it: the lease is kept, unrefreshed, for the retry
+// delay (RetryDelayFunc) plus the job's TTL, and the task returns a
+// *RetryError wrapping the handler's error (use RetryDelay so that asynq
+// waits exactly that delay). No tick can take the lock meanwhile. The
+// retry, in any worker, takes the kept lease over (with a new fencing
+// token); a retry that finds an earlier run of its tick still holding the
+// lock (a handler that outlived its deadline) returns a *BusyError and is
+// re-queued (see IsFailure) until that run returns. If keeping the lock
+// fails (a Redis error), the lock is released and the retry will be
+// skipped; this is logged.
+//
+// A task whose lock is gone (it waited longer than the job's TTL, its run
+// already ended, or its kept lock lapsed) returns an error wrapping
+// asynq.SkipRetry and limiter.ErrNotHeld: it is archived, never run. A
+// malformed ticket is skipped the same way. A Redis failure while taking
+// the lock (wrapped), or limiter.ErrClosed once lc is closed, is returned,
+// so asynq retries the task. Close lc after the asynq server has shut
+// down: its Close releases the leases of handlers still running,
+// cancelling their contexts with cause limiter.ErrNotHeld (kept locks stay
+// for their retries).
 func Adopt(lc *limiter.Client, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if lc == nil {
-		return nil, &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"}
+		return nil, errorf("", &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"})
 	}
-	a := &adopter{lc: lc, opts: newOptions(opts), sems: map[string]*limiter.Semaphore{}}
-	if _, err := a.semaphore("probe", 1); err != nil { // validates the options now
-		return nil, err
+	a := &adopter{lc: lc, opts: newOptions(opts)}
+	if _, err := a.lock("probe", 1, a.opts.ttl, true); err != nil { // validates the options now
+		return nil, errorf("", err)
 	}
 	return a.wrap, nil
 }
@@ -51,73 +69,202 @@ func Adopt(lc *limiter.Client, opts ...Option) (asynq.MiddlewareFunc, error) {
 type adopter struct {
 	lc   *limiter.Client
 	opts options
-	mu   sync.Mutex
-	sems map[string]*limiter.Semaphore
 }
 
-func (a *adopter) semaphore(name string, limit int64) (*limiter.Semaphore, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	key := name + "/" + strconv.FormatInt(limit, 10)
-	if sem, ok := a.sems[key]; ok {
-		return sem, nil
+// keptSuffix names the semaphore whose lease ids record kept locks:
+// "<ticket id>#<token>" says that the lease of that id was kept for its
+// retry with that token.
+const (
+	keptSuffix = "#kept"
+	keptLimit  = 1 << 30
+	keepBudget = 5 * time.Second // bounds keeping a lock for a retry
+)
+
+// lock returns the semaphore of a lock: refreshed with the worker's TTL,
+// or (refresh false) held for ttl without refresh.
+func (a *adopter) lock(name string, limit int64, ttl time.Duration, refresh bool) (*limiter.Semaphore, error) {
+	opts := append(slices.Clone(a.opts.limiterOpts), limiter.TTL(ttl))
+	if !refresh {
+		opts = append(opts, limiter.RefreshInterval(0))
 	}
-	opts := append(slices.Clone(a.opts.limiterOpts), limiter.TTL(a.opts.ttl))
-	sem, err := a.lc.Semaphore(name, limit, opts...)
-	if err != nil {
-		return nil, err
-	}
-	a.sems[key] = sem
-	return sem, nil
+	return a.lc.Semaphore(name, limit, opts...)
 }
+
+// handoff is what a task's headers say about its lock.
+type handoff struct {
+	job    string
+	ticket limiter.Ticket
+	limit  int64
+	pickup time.Duration // the job's TTL
+}
+
+func parseHandoff(h map[string]string) (handoff, error) {
+	ticket, err := limiter.ParseTicket(h[HeaderTicket])
+	if err != nil {
+		return handoff{}, err
+	}
+	limit, err := strconv.ParseInt(h[HeaderLimit], 10, 64)
+	if err != nil || limit < 1 {
+		return handoff{}, &limiter.ArgumentError{Arg: HeaderLimit, Value: h[HeaderLimit], Reason: "must be a number >= 1"}
+	}
+	pickup := DefaultLockTTL
+	if v, ok := h[HeaderTTL]; ok {
+		if pickup, err = time.ParseDuration(v); err != nil || pickup <= 0 {
+			return handoff{}, &limiter.ArgumentError{Arg: HeaderTTL, Value: v, Reason: "must be a duration > 0"}
+		}
+	}
+	return handoff{job: h[HeaderJob], ticket: ticket, limit: limit, pickup: pickup}, nil
+}
+
+// errRunning: an earlier run of the tick still holds the lock.
+var errRunning = errors.New("an earlier run still holds the lock")
 
 func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		text, ok := t.Headers()[HeaderTicket]
-		if !ok {
+		if _, ok := t.Headers()[HeaderTicket]; !ok {
 			return next.ProcessTask(ctx, t)
 		}
 		job := t.Headers()[HeaderJob]
-		lease, err := a.resume(ctx, text, t.Headers()[HeaderLimit])
-		if err != nil {
-			if errors.Is(err, limiter.ErrNotHeld) || errors.Is(err, limiter.ErrInvalidArgument) {
-				a.opts.metrics.add(job, EventAdoptFailed)
-				a.opts.logger.Warn("redsem scheduler: lock not held, task skipped", "job", job, "task", t.Type(), "err", err)
-				return fmt.Errorf("%w: %w", asynq.SkipRetry, err)
-			}
+		ho, err := parseHandoff(t.Headers())
+		var lease *limiter.Lease
+		if err == nil {
+			lease, err = a.adopt(ctx, ho)
+		}
+		switch {
+		case errors.Is(err, errRunning):
+			a.opts.metrics.add(job, EventAdoptBusy)
+			a.opts.logger.Debug("redsem scheduler: an earlier run still holds the lock; task re-queued", "job", job, "task", t.Type())
+			return &BusyError{Job: job, RetryIn: max(a.opts.ttl/2, 100*time.Millisecond)}
+		case errors.Is(err, limiter.ErrNotHeld) || errors.Is(err, limiter.ErrInvalidArgument):
+			a.opts.metrics.add(job, EventAdoptFailed)
+			a.opts.logger.Warn("redsem scheduler: lock not held, task skipped", "job", job, "task", t.Type(), "err", err)
+			return fmt.Errorf("%w: %w", asynq.SkipRetry, err)
+		case err != nil:
 			return err
 		}
 		a.opts.metrics.add(job, EventAdopted)
+		var out error // what the task returns
+		kept := false
 		defer func() { // also when the handler panicked
-			if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
+			if lost := lease.Err(); !kept && errors.Is(lost, limiter.ErrLeaseLost) {
 				a.opts.logger.Warn("redsem scheduler: lock lost while the job ran", "job", job, "task", t.Type(), "err", lost)
 			}
 		}()
-		var herr error // the handler's own error, returned unchanged
 		err = lease.Run(ctx, func(ctx context.Context) error {
-			herr = next.ProcessTask(ctx, t)
+			herr := next.ProcessTask(ctx, t)
+			out = herr
+			if herr != nil && willRetry(ctx, herr) && lease.Err() == nil {
+				if r := a.keep(ctx, lease, ho, t, herr); r != nil {
+					out, kept = r, true
+				}
+			}
 			return herr
 		})
 		var rerr *limiter.ReleaseError
 		if errors.As(err, &rerr) {
 			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", rerr)
 		}
-		return herr
+		return out
 	})
 }
 
-func (a *adopter) resume(ctx context.Context, text, limitText string) (*limiter.Lease, error) {
-	ticket, err := limiter.ParseTicket(text)
+// willRetry reports whether asynq will retry a task that returned err.
+func willRetry(ctx context.Context, err error) bool {
+	n, ok1 := asynq.GetRetryCount(ctx)
+	max, ok2 := asynq.GetMaxRetry(ctx)
+	return ok1 && ok2 && n < max && !errors.Is(err, asynq.SkipRetry) && !errors.Is(err, asynq.RevokeTask)
+}
+
+// adopt takes the tick's lock over: from the ticket on a first run, or
+// from where a failed earlier run kept it. It returns an error matching
+// limiter.ErrNotHeld when the lock is gone, errRunning when an earlier
+// run still holds it.
+func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error) {
+	sem, err := a.lock(ho.ticket.Name, ho.limit, a.opts.ttl, true)
 	if err != nil {
 		return nil, err
 	}
-	limit, err := strconv.ParseInt(limitText, 10, 64)
-	if err != nil || limit < 1 {
-		return nil, &limiter.ArgumentError{Arg: HeaderLimit, Value: limitText, Reason: "must be a number >= 1"}
+	lease, err := sem.Resume(ctx, ho.ticket)
+	if !errors.Is(err, limiter.ErrNotHeld) {
+		return lease, err
 	}
-	sem, err := a.semaphore(ticket.Name, limit)
+	notHeld := err
+	kept, err := a.lock(ho.ticket.Name+keptSuffix, keptLimit, a.opts.ttl, false)
 	if err != nil {
 		return nil, err
 	}
-	return sem.Resume(ctx, ticket)
+	marks, err := kept.Holders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	marks = slices.DeleteFunc(marks, func(h limiter.Holder) bool {
+		return !strings.HasPrefix(h.ID, ho.ticket.ID+"#") || keptToken(h.ID) < 1
+	})
+	slices.SortFunc(marks, func(x, y limiter.Holder) int { return cmp.Compare(keptToken(y.ID), keptToken(x.ID)) })
+	for _, m := range marks {
+		t := ho.ticket
+		t.Token = keptToken(m.ID)
+		lease, err = sem.Resume(ctx, t)
+		if errors.Is(err, limiter.ErrNotHeld) {
+			continue // an older mark
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range marks { // done with; they would lapse anyway
+			_ = kept.ReleaseTicket(ctx, limiter.Ticket{Name: kept.Name(), ID: m.ID, Weight: m.Weight, Token: m.Token})
+		}
+		return lease, nil
+	}
+	holders, err := sem.Holders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(holders, func(h limiter.Holder) bool { return h.ID == ho.ticket.ID }) {
+		return nil, errRunning
+	}
+	return nil, notHeld
+}
+
+func keptToken(id string) int64 {
+	n, _ := strconv.ParseInt(id[strings.LastIndexByte(id, '#')+1:], 10, 64)
+	return n
+}
+
+// keep keeps the lease, whose handler failed, for asynq's retry: it takes
+// it over with a TTL covering the retry delay and the pick-up, unrefreshed,
+// and records its new token for the retry. It returns the task's error, or
+// nil if the lock could not be kept (Run then releases it).
+func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *RetryError {
+	n, _ := asynq.GetRetryCount(ctx)
+	delay := max(a.opts.retryDelay(n, herr, t), 0)
+	ttl := delay + ho.pickup
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
+	defer cancel()
+	failed := func(err error) *RetryError {
+		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry; released, the retry will be skipped",
+			"job", ho.job, "task", t.Type(), "err", err)
+		return nil
+	}
+	sem, err := a.lock(ho.ticket.Name, ho.limit, ttl, false)
+	if err != nil {
+		return failed(err)
+	}
+	held, err := sem.Resume(ctx, lease.Ticket())
+	if err != nil {
+		return failed(err)
+	}
+	held.StopRefresh() // stays in Redis for the retry, also through lc.Close
+	kept, err := a.lock(ho.ticket.Name+keptSuffix, keptLimit, ttl, false)
+	if err == nil {
+		var mark *limiter.Lease
+		mark, err = kept.TryAcquire(ctx, limiter.ID(ho.ticket.ID+"#"+strconv.FormatInt(held.Token(), 10)))
+		if err == nil {
+			mark.StopRefresh()
+			a.opts.metrics.add(ho.job, EventKept)
+			return &RetryError{Job: ho.job, RetryIn: delay, Err: herr}
+		}
+	}
+	_ = held.Release(ctx) // by its token: nobody else's
+	return failed(err)
 }

@@ -19,6 +19,8 @@ const (
 	EventEnqueueFailed = "enqueue_failed" // asynq refused it; the lock was released
 	EventAdopted       = "adopted"        // a worker resumed the lease
 	EventAdoptFailed   = "adopt_failed"   // the lease was gone: the task was skipped
+	EventAdoptBusy     = "adopt_busy"     // an earlier run of the tick still held it: re-queued
+	EventKept          = "kept"           // a failed run kept the lock for asynq's retry
 )
 
 // NewCollector returns a Collector with one counter,
@@ -26,7 +28,7 @@ const (
 func NewCollector() *Collector {
 	return &Collector{events: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redsem_scheduler_events_total",
-		Help: "Scheduler ticks, skips, enqueues and worker adoptions, by job.",
+		Help: "Scheduler ticks, skips, enqueues, worker adoptions and locks kept for retries, by job.",
 	}, []string{"job", "event"})}
 }
 

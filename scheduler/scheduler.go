@@ -31,8 +31,10 @@ type Job struct {
 	// Name identifies the job in metrics, logs and task ids (required).
 	Name string
 	// Spec is a cron spec, with an optional leading seconds field
-	// ("*/10 * * * * *", "0 3 * * *") or a descriptor ("@every 2s").
-	// Ignored by Enqueue.
+	// ("*/10 * * * * *", "0 3 * * *") or a descriptor ("@daily",
+	// "@every 2s"). "@every d" ticks at the multiples of d since the Unix
+	// epoch (not d after the scheduler started), so that every scheduler
+	// process ticks at the same times. Ignored by Enqueue.
 	Spec string
 	// TaskType and Payload make the task; Options are passed to
 	// asynq's Enqueue. A per-tick TaskID is added, and Retention(1m)
@@ -46,7 +48,9 @@ type Job struct {
 	Lock  string
 	Limit int64
 	// TTL must cover the time from enqueue to a worker adopting the lease
-	// (default DefaultLockTTL); a task picked up later is skipped.
+	// (default DefaultLockTTL); a task picked up later is skipped. A run
+	// that fails keeps the lock for its retry for the retry delay plus
+	// TTL: a retry picked up later than that is skipped too.
 	TTL time.Duration
 }
 
@@ -58,7 +62,8 @@ type options struct {
 	metrics     *Collector
 	logger      *slog.Logger
 	limiterOpts []limiter.Option
-	ttl         time.Duration // Adopt: the worker's TTL
+	ttl         time.Duration        // Adopt: the worker's TTL
+	retryDelay  asynq.RetryDelayFunc // Adopt: how long a failed run keeps the lock for its retry
 }
 
 // Location sets the time zone of cron specs (default time.Local).
@@ -82,11 +87,25 @@ func LimiterOptions(opts ...limiter.Option) Option {
 
 // WorkerTTL sets the TTL an adopting worker keeps the lease with (default
 // limiter.DefaultTTL); it is refreshed while the handler runs, and bounds
-// how long a crashed worker keeps the lock.
+// how long a crashed worker keeps the lock. A TTL the limiter refuses
+// (below 5ms) makes Adopt return its *ArgumentError naming "TTL".
 func WorkerTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
+// RetryDelayFunc sets how long, for Adopt, a failed run keeps the job's
+// lock for asynq's retry (default asynq.DefaultRetryDelayFunc), before the
+// job's TTL for the pick-up is added. The task returns the delay in its
+// *RetryError, so that asynq uses it when the server's Config has
+// RetryDelay. A nil fn keeps the default.
+func RetryDelayFunc(fn asynq.RetryDelayFunc) Option {
+	return func(o *options) {
+		if fn != nil {
+			o.retryDelay = fn
+		}
+	}
+}
+
 func newOptions(opts []Option) options {
-	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL}
+	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL, retryDelay: asynq.DefaultRetryDelayFunc}
 	for _, fn := range opts {
 		if fn != nil {
 			fn(&o)
@@ -112,23 +131,21 @@ type Scheduler struct {
 
 // New returns a Scheduler that takes locks with semaphores of lc and
 // enqueues with client. Nothing runs until Start. A nil lc or client, or a
-// nil Location, gives a *limiter.ArgumentError naming it.
+// nil Location, gives an error wrapping a *limiter.ArgumentError naming it.
 //
 // Close lc only once Stop's context is done: ticks after Close fail with
-// limiter.ErrClosed (logged, nothing enqueued). Note that Close releases
-// every lease lc still tracks, which includes the locks of ticks enqueued
-// within their TTL that no worker has adopted yet: those tasks are then
-// skipped rather than run.
+// limiter.ErrClosed (logged, nothing enqueued). Close leaves the locks of
+// ticks already enqueued in Redis, for the workers that adopt them.
 func New(lc *limiter.Client, client *asynq.Client, opts ...Option) (*Scheduler, error) {
 	if lc == nil {
-		return nil, &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"}
+		return nil, errorf("", &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"})
 	}
 	if client == nil {
-		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+		return nil, errorf("", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
 	}
 	o := newOptions(opts)
 	if o.location == nil {
-		return nil, &limiter.ArgumentError{Arg: "Location", Value: nil, Reason: "must not be nil"}
+		return nil, errorf("", &limiter.ArgumentError{Arg: "Location", Value: nil, Reason: "must not be nil"})
 	}
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	return &Scheduler{
@@ -137,21 +154,26 @@ func New(lc *limiter.Client, client *asynq.Client, opts ...Option) (*Scheduler, 
 	}, nil
 }
 
-// Register adds a job; a bad spec or job is a *limiter.ArgumentError
-// naming the field (a closed lc: limiter.ErrClosed). Jobs may be
-// registered before or after Start. Each tick is bounded by the job's TTL;
-// a busy lock, a duplicate tick, a Redis or enqueue failure is logged and
-// counted, not returned.
+// Register adds a job; a bad spec or job gives an error wrapping a
+// *limiter.ArgumentError naming the field (a closed lc: limiter.ErrClosed).
+// Jobs may be registered before or after Start. Each tick is bounded by
+// the job's TTL; a busy lock or a tick another scheduler already enqueued
+// is counted and logged at Debug, a Redis or enqueue failure counted and
+// logged at Warn; none is returned.
 func (s *Scheduler) Register(job Job) error {
 	job, err := s.check(job)
 	if err != nil {
 		return err
 	}
-	if _, err := s.parser.Parse(job.Spec); err != nil {
-		return &limiter.ArgumentError{Arg: "Spec", Value: job.Spec, Reason: err.Error()}
+	schedule, err := s.parser.Parse(job.Spec)
+	if err != nil {
+		return errorf(job.Name, &limiter.ArgumentError{Arg: "Spec", Value: job.Spec, Reason: err.Error()})
+	}
+	if every, ok := schedule.(cron.ConstantDelaySchedule); ok {
+		schedule = aligned{every.Delay}
 	}
 	var id atomic.Int64
-	entry, err := s.cron.AddFunc(job.Spec, func() {
+	entry := s.cron.Schedule(schedule, cron.FuncJob(func() {
 		// The entry's scheduled time, not the clock: schedulers whose
 		// clocks or wake-ups differ still agree on the tick's id.
 		at := s.cron.Entry(cron.EntryID(id.Load())).Prev
@@ -159,12 +181,23 @@ func (s *Scheduler) Register(job Job) error {
 			at = time.Now().Round(time.Second)
 		}
 		s.tick(job, at)
-	})
+	}))
 	id.Store(int64(entry))
-	return err
+	return nil
 }
 
-// Start runs the schedules in the background, until Stop.
+// aligned is robfig/cron's "@every d" ticking at the multiples of d since
+// the Unix epoch: the same instants in every process, whenever it started.
+type aligned struct{ every time.Duration }
+
+// Next returns the first multiple of every after t.
+func (a aligned) Next(t time.Time) time.Time {
+	d := a.every.Nanoseconds()
+	return time.Unix(0, (t.UnixNano()/d+1)*d).In(t.Location())
+}
+
+// Start runs the schedules in the background, until Stop. Ticks do not
+// return errors: see Register for how each outcome is counted and logged.
 func (s *Scheduler) Start() { s.cron.Start() }
 
 // Stop stops the schedules; the returned context is done once running
@@ -174,7 +207,7 @@ func (s *Scheduler) Stop() context.Context { return s.cron.Stop() }
 
 func (s *Scheduler) check(job Job) (Job, error) {
 	bad := func(field string, v any, reason string) (Job, error) {
-		return job, &limiter.ArgumentError{Arg: field, Value: v, Reason: reason}
+		return job, errorf(job.Name, &limiter.ArgumentError{Arg: field, Value: v, Reason: reason})
 	}
 	switch {
 	case job.Name == "":
@@ -195,8 +228,18 @@ func (s *Scheduler) check(job Job) (Job, error) {
 	if job.TTL == 0 {
 		job.TTL = DefaultLockTTL
 	}
-	_, err := s.lock(job)
-	return job, err
+	if _, err := s.lock(job); err != nil {
+		return job, errorf(job.Name, err)
+	}
+	return job, nil
+}
+
+// errorf says that err comes from the scheduler, and which job's.
+func errorf(job string, err error) error {
+	if job == "" {
+		return fmt.Errorf("redsem scheduler: %w", err)
+	}
+	return fmt.Errorf("redsem scheduler: job %s: %w", job, err)
 }
 
 // lock is the job's semaphore as the scheduler uses it: refresh off, the
@@ -227,9 +270,9 @@ func (s *Scheduler) tick(job Job, at time.Time) {
 	_, err := s.enqueue(ctx, job, taskID)
 	switch {
 	case errors.Is(err, limiter.ErrBusy):
-		s.opts.logger.Info("redsem scheduler: lock held, tick skipped", "job", job.Name, "lock", job.Lock)
+		s.opts.logger.Debug("redsem scheduler: lock held, tick skipped", "job", job.Name, "lock", job.Lock)
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		s.opts.logger.Info("redsem scheduler: tick already enqueued by another scheduler", "job", job.Name, "task", taskID)
+		s.opts.logger.Debug("redsem scheduler: tick already enqueued by another scheduler", "job", job.Name, "task", taskID)
 	case err != nil:
 		s.opts.logger.Warn("redsem scheduler: tick failed", "job", job.Name, "err", err)
 	}
@@ -241,8 +284,8 @@ func (s *Scheduler) tick(job Job, at time.Time) {
 // that adopts it (it lapses at the job's TTL if none does). ctx bounds
 // both calls: if it ends, or Redis fails, the error is returned wrapped
 // and nothing is enqueued. If the enqueue fails, the lock is released
-// (detached from ctx) and the error returned. A bad job is a
-// *limiter.ArgumentError; a closed lc gives limiter.ErrClosed.
+// (detached from ctx) and the error returned. A bad job gives an error
+// wrapping a *limiter.ArgumentError; a closed lc, limiter.ErrClosed.
 func (s *Scheduler) Enqueue(ctx context.Context, job Job) (*asynq.TaskInfo, error) {
 	job, err := s.check(job)
 	if err != nil {
@@ -254,19 +297,22 @@ func (s *Scheduler) Enqueue(ctx context.Context, job Job) (*asynq.TaskInfo, erro
 func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq.TaskInfo, error) {
 	sem, err := s.lock(job)
 	if err != nil {
-		return nil, err
+		return nil, errorf(job.Name, err)
 	}
-	lease, err := sem.TryAcquire(ctx)
+	// The lease names the tick (task ids are unique per queue); each run
+	// that adopts it gets a new fencing token.
+	lease, err := sem.TryAcquire(ctx, limiter.ID(queueOf(job.Options)+":"+taskID))
 	if err != nil {
 		if errors.Is(err, limiter.ErrBusy) {
 			s.opts.metrics.add(job.Name, EventSkippedBusy)
 		}
-		return nil, err
+		return nil, errorf(job.Name, err)
 	}
 	headers := map[string]string{
 		HeaderTicket: lease.Ticket().String(),
 		HeaderLimit:  strconv.FormatInt(job.Limit, 10),
 		HeaderJob:    job.Name,
+		HeaderTTL:    job.TTL.String(),
 	}
 	task := asynq.NewTaskWithHeaders(job.TaskType, job.Payload, headers)
 	opts := append(slices.Clip(job.Options), asynq.TaskID(taskID))
@@ -283,9 +329,22 @@ func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq
 		if rerr := lease.Release(ctx); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
-		return nil, fmt.Errorf("redsem scheduler: enqueue %s: %w", job.Name, err)
+		return nil, errorf(job.Name, fmt.Errorf("enqueue: %w", err))
 	}
 	lease.StopRefresh() // the worker keeps it from here
 	s.opts.metrics.add(job.Name, EventEnqueued)
 	return info, nil
+}
+
+// queueOf returns the queue the options name (asynq's default "default").
+func queueOf(opts []asynq.Option) string {
+	q := "default"
+	for _, o := range opts {
+		if o != nil && o.Type() == asynq.QueueOpt {
+			if v, ok := o.Value().(string); ok {
+				q = v
+			}
+		}
+	}
+	return q
 }

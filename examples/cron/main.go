@@ -1,7 +1,9 @@
 // Command cron is the demo of redsem's scheduler: a cron process decides
 // when the "nightly export" runs, holds its lock, and hands the lock to the
 // worker that runs the task; ticks that come while a run still holds the
-// lock are skipped.
+// lock are skipped. One export fails: the worker keeps the lock for
+// asynq's retry, which runs under it (same lease, a new fencing token)
+// before any other tick can start.
 //
 //	go run ./examples/cron                    # embedded Redis (miniredis)
 //	go run ./examples/cron -redis localhost:6379
@@ -9,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -45,6 +48,8 @@ func run(addr string, runFor time.Duration) error {
 		defer mr.Close()
 		addr, where = mr.Addr(), "embedded miniredis"
 	}
+	// One go-redis client: the limiter Client, the asynq server and the
+	// asynq client share it.
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	// One limiter Client per process (here the cron process and the worker
@@ -61,29 +66,47 @@ func run(addr string, runFor time.Duration) error {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 
-	// Worker side: adopt the lock, keep it alive while the export runs.
-	adopt, err := scheduler.Adopt(lc, scheduler.WorkerTTL(3*time.Second), scheduler.Logger(quiet))
+	// Worker side: adopt the lock, keep it alive while the export runs;
+	// a failed run keeps it for asynq's retry, 1s later.
+	retryIn := func(int, error, *asynq.Task) time.Duration { return time.Second }
+	adopt, err := scheduler.Adopt(lc, scheduler.WorkerTTL(3*time.Second), scheduler.Logger(quiet),
+		scheduler.RetryDelayFunc(retryIn))
 	if err != nil {
 		return err
 	}
 	var runs, running, peak atomic.Int64
-	worker := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
+	worker := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency: 2, LogLevel: asynq.FatalLevel,
+		IsFailure:                scheduler.IsFailure(nil),
+		RetryDelayFunc:           scheduler.RetryDelay(nil), // waits the RetryIn the lock is kept for
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
+		TaskCheckInterval:        100 * time.Millisecond,
+	})
 	if err := worker.Start(adopt(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		lease, _ := limiter.LeaseFrom(ctx)
+		retry, _ := asynq.GetRetryCount(ctx)
 		n := runs.Add(1)
 		now := running.Add(1)
 		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 		}
 		defer running.Add(-1)
-		took := time.Duration(1000+rand.IntN(3500)) * time.Millisecond
-		say("worker: export #%d adopted the lock (fencing token %d), runs %v", n, lease.Token(), took.Round(100*time.Millisecond))
+		took := time.Duration(500+rand.IntN(2500)) * time.Millisecond
+		what := "adopted the lock"
+		if retry > 0 {
+			what = "(asynq's retry) took over the kept lock"
+		}
+		say("worker: export #%d %s: lease %s, fencing token %d; runs %v", n, what, lease.ID(), lease.Token(), took.Round(100*time.Millisecond))
 		select {
 		case <-time.After(took):
-			say("worker: export #%d done; the lock is released as the handler returns", n)
-			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+		if n == 2 {
+			say("worker: export #%d failed; the lock is kept for asynq's retry in 1s", n)
+			return errors.New("export failed")
+		}
+		say("worker: export #%d done; the lock is released as the handler returns", n)
+		return nil
 	}))); err != nil {
 		return err
 	}
@@ -91,18 +114,19 @@ func run(addr string, runFor time.Duration) error {
 
 	// Cron side: every 2 seconds, unless the previous export still runs.
 	metrics := scheduler.NewCollector()
-	client := asynq.NewClient(asynq.RedisClientOpt{Addr: addr})
+	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 	s, err := scheduler.New(lc, client, scheduler.Metrics(metrics), scheduler.Logger(quiet))
 	if err != nil {
 		return err
 	}
-	job := scheduler.Job{Name: "nightly-export", Spec: "*/2 * * * * *", TaskType: "export", TTL: 30 * time.Second,
-		Options: []asynq.Option{asynq.MaxRetry(0)}}
+	// "@every 2s" ticks on even seconds in every scheduler process.
+	job := scheduler.Job{Name: "nightly-export", Spec: "@every 2s", TaskType: "export", TTL: 30 * time.Second,
+		Options: []asynq.Option{asynq.MaxRetry(1)}}
 	if err := s.Register(job); err != nil {
 		return err
 	}
-	fmt.Printf("redsem cron demo on %s: a job every 2s whose run takes 1-4.5s, for %v\n\n", where, runFor)
+	fmt.Printf("redsem cron demo on %s: a job every 2s whose run takes 0.5-3s (the second one fails), for %v\n\n", where, runFor)
 	s.Start()
 
 	var lastTicks, lastSkips, lastEnq float64

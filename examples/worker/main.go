@@ -1,13 +1,16 @@
 // Command worker is the demo of redsem's asynq middleware: a fleet of asynq
 // servers (several in one process, standing in for many hosts) works
-// through a batch of tasks that each call a fake third-party API, and the
-// middleware keeps at most 5 calls in flight across the whole fleet.
+// through a batch of tasks that each call a fake third-party API for one
+// of a few customers. Two rules gate every task: at most 2 calls per
+// customer, and at most 5 calls in flight across the whole fleet.
 //
 //	go run ./examples/worker                    # embedded Redis (miniredis)
 //	go run ./examples/worker -redis localhost:6379
+//	go run ./examples/worker -serve             # keep /metrics up after the report
 //
-// It prints live progress, then a report with the API's observed peak
-// concurrency, and exits. Prometheus metrics are served on -metrics.
+// It prints progress (a line per second when the output is not a
+// terminal), then a report with the API's observed peaks, and exits.
+// Prometheus metrics are served on -metrics while it runs.
 package main
 
 import (
@@ -21,6 +24,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,32 +40,80 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
+type config struct {
+	addr        string // Redis; "" for an embedded miniredis
+	servers     int
+	concurrency int
+	tasks       int
+	limit       int64 // fleet-wide
+	perCustomer int64
+	customers   int
+	metrics     string // where to serve /metrics
+	serve       bool   // keep serving /metrics after the report, until interrupted
+}
+
 func main() {
-	addr := flag.String("redis", os.Getenv("REDIS_ADDR"), "Redis address (default: an embedded miniredis)")
-	servers := flag.Int("servers", 4, "asynq servers (stand-ins for worker hosts)")
-	concurrency := flag.Int("concurrency", 5, "handlers per server")
-	tasks := flag.Int("tasks", 120, "tasks to run")
-	limit := flag.Int64("limit", 5, "calls the partner API allows at once, fleet-wide")
-	metricsAddr := flag.String("metrics", "127.0.0.1:0", "where to serve /metrics")
+	var c config
+	flag.StringVar(&c.addr, "redis", os.Getenv("REDIS_ADDR"), "Redis address (default: an embedded miniredis)")
+	flag.IntVar(&c.servers, "servers", 4, "asynq servers (stand-ins for worker hosts)")
+	flag.IntVar(&c.concurrency, "concurrency", 5, "handlers per server")
+	flag.IntVar(&c.tasks, "tasks", 120, "tasks to run")
+	flag.Int64Var(&c.limit, "limit", 5, "calls the partner API allows at once, fleet-wide")
+	flag.Int64Var(&c.perCustomer, "per-customer", 2, "calls at once per customer")
+	flag.IntVar(&c.customers, "customers", 4, "customers the tasks are for")
+	flag.StringVar(&c.metrics, "metrics", "127.0.0.1:0", "where to serve /metrics")
+	flag.BoolVar(&c.serve, "serve", false, "keep serving /metrics after the report, until Ctrl-C")
 	flag.Parse()
-	if err := run(*addr, *servers, *concurrency, *tasks, *limit, *metricsAddr); err != nil {
+	if err := run(c, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// fakeAPI is the third-party service: it counts calls in flight and
-// remembers the peak, which is the number the cap must keep at or below
-// the limit.
+// fakeAPI is the third-party service: it counts calls in flight, overall
+// and per customer, and remembers the peaks, which are the numbers the
+// caps must keep at or below their limits.
 type fakeAPI struct {
-	inFlight, peak, calls atomic.Int64
+	inFlight, peak peakCounter
+	mu             sync.Mutex
+	perCustomer    map[string]*peakCounter
 }
 
-func (a *fakeAPI) call(ctx context.Context) error {
-	n := a.inFlight.Add(1)
-	defer a.inFlight.Add(-1)
-	for p := a.peak.Load(); n > p && !a.peak.CompareAndSwap(p, n); p = a.peak.Load() {
+type peakCounter struct{ now, peak atomic.Int64 }
+
+func (p *peakCounter) enter() {
+	n := p.now.Add(1)
+	for q := p.peak.Load(); n > q && !p.peak.CompareAndSwap(q, n); q = p.peak.Load() {
 	}
-	a.calls.Add(1)
+}
+
+func (p *peakCounter) leave() { p.now.Add(-1) }
+
+func (a *fakeAPI) customer(name string) *peakCounter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.perCustomer[name] == nil {
+		a.perCustomer[name] = &peakCounter{}
+	}
+	return a.perCustomer[name]
+}
+
+// customerPeak is the highest per-customer peak.
+func (a *fakeAPI) customerPeak() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var m int64
+	for _, c := range a.perCustomer {
+		m = max(m, c.peak.Load())
+	}
+	return m
+}
+
+func (a *fakeAPI) call(ctx context.Context, customer string) error {
+	c := a.customer(customer)
+	a.inFlight.enter()
+	c.enter()
+	defer a.inFlight.leave()
+	defer c.leave()
 	select {
 	case <-time.After(time.Duration(40+rand.IntN(80)) * time.Millisecond):
 		return nil
@@ -68,120 +122,168 @@ func (a *fakeAPI) call(ctx context.Context) error {
 	}
 }
 
-func run(addr string, servers, concurrency, tasks int, limit int64, metricsAddr string) error {
-	where := addr
-	if addr == "" {
+// customerOf is the Key of the per-customer rule: the task's payload is
+// the customer's name.
+func customerOf(_ context.Context, t *asynq.Task) (string, bool) {
+	return string(t.Payload()), len(t.Payload()) > 0
+}
+
+func run(c config, out *os.File) (err error) {
+	where := c.addr
+	if c.addr == "" {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
-		defer mr.Close()
-		addr, where = mr.Addr(), "embedded miniredis at "+mr.Addr()
+		defer mr.Close() // last: after everything that talks to it
+		c.addr, where = mr.Addr(), "embedded miniredis at "+mr.Addr()
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// One go-redis client for the process: the limiter Client and every
+	// asynq server and client share it.
+	rdb := redis.NewClient(&redis.Options{Addr: c.addr})
 	defer rdb.Close()
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", addr, err)
+		return fmt.Errorf("redis at %s: %w", c.addr, err)
 	}
-	// One limiter Client per process. Deferred calls run last-in
-	// first-out: it closes after the asynq servers shut down (below) and
-	// before rdb.
+	// One limiter Client per process, closed after the asynq servers shut
+	// down (below) and before rdb.
 	lc, err := limiter.New(rdb)
 	if err != nil {
 		return err
 	}
-	defer lc.Close(context.Background())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if cerr := lc.Close(ctx); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
-	mwMetrics, semMetrics := asynqmw.NewCollector(), limiter.NewCollector()
-	reg.MustRegister(mwMetrics, semMetrics)
-	ln, err := net.Listen("tcp", metricsAddr)
+	metrics := asynqmw.NewCollector()
+	reg.MustRegister(metrics)
+	ln, err := net.Listen("tcp", c.metrics)
 	if err != nil {
 		return err
 	}
-	go http.Serve(ln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	web := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go web.Serve(ln)
+	defer web.Close()
 
-	// Every task type under "partner:" shares one fleet-wide cap.
+	// Every matching rule applies, in this order: a task first gets its
+	// customer's permit, then one of the fleet-wide ones, so that a
+	// customer's backlog waits without sitting on fleet-wide permits.
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{
-		{Name: "partner-api", TypePrefix: "partner:", Limit: limit, MaxWait: 150 * time.Millisecond},
-	}, asynqmw.Metrics(mwMetrics), asynqmw.LimiterOptions(limiter.Metrics(semMetrics)),
-		asynqmw.Logger(slog.New(slog.DiscardHandler)))
+		{Name: "partner-api-customer", TypePrefix: "partner:", Key: customerOf, Limit: c.perCustomer, MaxWait: 150 * time.Millisecond},
+		{Name: "partner-api", TypePrefix: "partner:", Limit: c.limit, MaxWait: 150 * time.Millisecond},
+	}, asynqmw.Metrics(metrics), asynqmw.Logger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err
 	}
-	api := &fakeAPI{}
+	api := &fakeAPI{perCustomer: map[string]*peakCounter{}}
 	var done atomic.Int64
 	mux := asynq.NewServeMux()
 	mux.Use(mw)
 	mux.HandleFunc("partner:sync", func(ctx context.Context, t *asynq.Task) error {
-		if err := api.call(ctx); err != nil {
+		if err := api.call(ctx, string(t.Payload())); err != nil {
 			return err
 		}
 		done.Add(1)
 		return nil
 	})
 
-	redisOpt := asynq.RedisClientOpt{Addr: addr}
-	for range servers {
-		srv := asynq.NewServer(redisOpt, asynq.Config{
-			Concurrency:              concurrency,
+	var srvs []*asynq.Server
+	defer func() { // all at once, not one after another
+		var wg sync.WaitGroup
+		for _, s := range srvs {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.Shutdown() }()
+		}
+		wg.Wait()
+	}()
+	for range c.servers {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency:              c.concurrency,
 			IsFailure:                asynqmw.IsFailure(nil),
 			RetryDelayFunc:           asynqmw.RetryDelay(nil),
 			DelayedTaskCheckInterval: 200 * time.Millisecond,
+			TaskCheckInterval:        100 * time.Millisecond,
 			LogLevel:                 asynq.FatalLevel,
 		})
 		if err := srv.Start(mux); err != nil {
 			return err
 		}
-		defer srv.Shutdown()
+		srvs = append(srvs, srv)
 	}
 
-	fmt.Printf("redsem worker demo: %d asynq servers × %d handlers on %s\n", servers, concurrency, where)
-	fmt.Printf("%d tasks call a partner API that allows %d calls at once; metrics on http://%s/metrics\n\n",
-		tasks, limit, ln.Addr())
-	client := asynq.NewClient(redisOpt)
+	fmt.Fprintf(out, "redsem worker demo: %d asynq servers × %d handlers on %s\n", c.servers, c.concurrency, where)
+	fmt.Fprintf(out, "%d tasks for %d customers call a partner API: at most %d calls at once per customer, %d in all\n",
+		c.tasks, c.customers, c.perCustomer, c.limit)
+	fmt.Fprintf(out, "metrics on http://%s/metrics\n\n", ln.Addr())
+	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 	start := time.Now()
-	for i := range tasks {
-		if _, err := client.Enqueue(asynq.NewTask("partner:sync", []byte(fmt.Sprint(i))), asynq.MaxRetry(5)); err != nil {
+	for i := range c.tasks {
+		customer := fmt.Sprintf("customer-%d", i%c.customers)
+		if _, err := client.Enqueue(asynq.NewTask("partner:sync", []byte(customer)), asynq.MaxRetry(5)); err != nil {
 			return err
 		}
 	}
 
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	tty := isTerminal(out)
+	every := time.Second
+	if tty {
+		every = 250 * time.Millisecond
+	}
+	progress := func() string {
+		return fmt.Sprintf("%5.1fs  done %3d/%d  in flight %d  peak %d/%d (per customer %d/%d)  busy re-queues %.0f",
+			time.Since(start).Seconds(), done.Load(), c.tasks, api.inFlight.now.Load(), api.inFlight.peak.Load(), c.limit,
+			api.customerPeak(), c.perCustomer, metrics.Count("", asynqmw.SeriesRequeued))
+	}
+	poll := time.NewTicker(20 * time.Millisecond) // to see the end at once
+	defer poll.Stop()
 	deadline := time.After(3 * time.Minute)
-	for done.Load() < int64(tasks) {
+	for printed := start; done.Load() < int64(c.tasks); {
 		select {
-		case <-tick.C:
-			fmt.Printf("\r  done %3d/%d   API calls in flight %d   peak %d/%d   busy re-queues %3.0f   ",
-				done.Load(), tasks, api.inFlight.Load(), api.peak.Load(), limit, requeued(mwMetrics))
+		case now := <-poll.C:
+			if now.Sub(printed) < every {
+				continue
+			}
+			printed = now
+			if tty {
+				fmt.Fprintf(out, "\r%s   ", progress())
+			} else {
+				fmt.Fprintln(out, progress())
+			}
 		case <-deadline:
 			return errors.New("gave up after 3 minutes")
 		}
 	}
 	wall := time.Since(start)
-	fmt.Printf("\r  done %3d/%d%60s\n\n", done.Load(), tasks, "")
-	fmt.Printf("report\n  tasks done          %d\n  API peak in flight  %d (limit %d)\n  busy re-queues      %.0f\n  wall time           %v\n",
-		done.Load(), api.peak.Load(), limit, requeued(mwMetrics), wall.Round(time.Millisecond))
-	if api.peak.Load() > limit {
-		return fmt.Errorf("the API saw %d calls at once, over the limit %d", api.peak.Load(), limit)
+	if tty {
+		fmt.Fprintf(out, "\r%s\n", strings.Repeat(" ", len(progress())+3))
+	}
+	fmt.Fprintf(out, "\nreport\n  tasks done              %d\n  API peak in flight      %d (limit %d)\n  peak for one customer   %d (limit %d)\n  busy re-queues          %.0f\n  wall time               %v\n",
+		done.Load(), api.inFlight.peak.Load(), c.limit, api.customerPeak(), c.perCustomer,
+		metrics.Count("", asynqmw.SeriesRequeued), wall.Round(time.Millisecond))
+	if p := api.inFlight.peak.Load(); p > c.limit {
+		return fmt.Errorf("the API saw %d calls at once, over the limit %d", p, c.limit)
+	}
+	if p := api.customerPeak(); p > c.perCustomer {
+		return fmt.Errorf("a customer had %d calls at once, over the limit %d", p, c.perCustomer)
+	}
+	if c.serve {
+		fmt.Fprintf(out, "\nserving http://%s/metrics until Ctrl-C\n", ln.Addr())
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		<-ctx.Done()
 	}
 	return nil
 }
 
-// requeued sums redsem_asynq_requeued_busy_total over rules.
-func requeued(c *asynqmw.Collector) float64 {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
-	mfs, _ := reg.Gather()
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == "redsem_asynq_requeued_busy_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
+// isTerminal reports whether f is a terminal (a character device), where
+// progress can redraw one line.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -1,22 +1,30 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/redsem/redsem/internal/redistest"
 )
 
-// The demo runs to the end and its own check (peak <= limit) holds, on a
-// real Redis and on the embedded default.
+// The demo runs to the end and its own checks (peaks <= limits) hold, on
+// a real Redis and on the embedded default.
 func TestDemo(t *testing.T) {
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
 	t.Run("redis-server", func(t *testing.T) {
 		srv := redistest.StartServer(t)
-		if err := run(srv.Addr(), 3, 4, 40, 3, "127.0.0.1:0"); err != nil {
+		c := config{addr: srv.Addr(), servers: 3, concurrency: 4, tasks: 40, limit: 3, perCustomer: 1, customers: 4, metrics: "127.0.0.1:0"}
+		if err := run(c, out); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("embedded", func(t *testing.T) {
-		if err := run("", 2, 4, 20, 2, "127.0.0.1:0"); err != nil {
+		c := config{servers: 2, concurrency: 4, tasks: 20, limit: 2, perCustomer: 1, customers: 3, metrics: "127.0.0.1:0"}
+		if err := run(c, out); err != nil {
 			t.Fatal(err)
 		}
 	})
