@@ -9,7 +9,8 @@
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not, {-1, weight held} when the id holds another weight.
+-- when not, {-1, weight held} when the id holds another weight, {-2,
+-- fleet limit} when the weight is above the fleet-wide limit.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local owner, reclaim, wait, own = ARGV[6], ARGV[7] == '1', ARGV[8], ARGV[10]
 local field = ':' .. id
@@ -18,9 +19,17 @@ local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
 -- One read for everything the common paths need ('?' alone, when this
 -- request does not queue, is never a field).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit')
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap')
+-- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
+-- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 local mine = wait ~= '' and st[5]
+-- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's.
+local limit_s = st[7] or ARGV[1]
+if st[7] then
+  limit = tonumber(st[7])
+  if weight > limit then return {-2, limit} end
+end
 
 -- One id, one holder: a live lease of this id is returned only to its own
 -- Client retrying after a lost reply; anyone else waits for it to end.
@@ -76,8 +85,8 @@ if not conflict and ahead and total + ahead + weight <= limit then
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
   -- formatting; limit and keyexp only when they change.
   local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight), 'token', tok}
-  if st[6] ~= ARGV[1] then
-    set[9], set[10] = 'limit', ARGV[1]
+  if st[6] ~= limit_s then
+    set[9], set[10] = 'limit', limit_s
   end
   if at then
     local n = #set
@@ -103,9 +112,14 @@ if wait ~= '' then
     local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
     redis.call('ZADD', KEYS[3], seq, wait)
     -- The queue key may be new: give it the keys' expiry.
-    local at = next_keyexp(wexp, ttl, keyexp) or fmt(keyexp)
-    redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own, 'keyexp', at)
-    expire_keys(at)
+    local at = next_keyexp(wexp, ttl, keyexp)
+    if not at and keyexp < math.huge then at = fmt(keyexp) end
+    if at then
+      redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own, 'keyexp', at)
+      expire_keys(at)
+    else
+      redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)
+    end
   else
     redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)
   end

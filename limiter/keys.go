@@ -12,7 +12,19 @@ type keyspace struct {
 
 // tagEscaper makes any name safe inside a hash tag: a '}' would end the tag
 // early, and escaping '%' keeps the mapping one-to-one.
-var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+var (
+	tagEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
+
+// statePattern is the SCAN pattern of the state keys of the names that
+// match the glob match.
+func statePattern(prefix, match string) string {
+	if match == "" {
+		match = "*"
+	}
+	return prefix + "{" + tagEscaper.Replace(match) + stateSuffix
+}
 
 func newKeyspace(prefix, name string, limit int64) keyspace {
 	base := prefix + "{" + tagEscaper.Replace(name) + "}"

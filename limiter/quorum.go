@@ -617,3 +617,29 @@ func (e *QuorumError) Unwrap() []error {
 
 // Is matches ErrBusy when any node was full.
 func (e *QuorumError) Is(target error) bool { return target == ErrBusy && len(e.Busy) > 0 }
+
+// errFleetLimitOnQuorum: a quorum's size is made for the asking
+// Semaphore's limit, and a stored limit above it would break that
+// arithmetic, so Redlock Semaphores keep their own limits.
+var errFleetLimitOnQuorum = errors.New("limiter: a fleet-wide limit is not supported on a Redlock Client")
+
+func (q *quorumStore) setLimit(context.Context, keyspace, int64, string, time.Duration) ([]string, error) {
+	return nil, errFleetLimitOnQuorum
+}
+
+func (q *quorumStore) fleetLimit(context.Context, keyspace) (int64, error) { return 0, nil }
+
+// names lists the names found on any node.
+func (q *quorumStore) names(ctx context.Context, pattern string) ([]string, error) {
+	var out []string
+	var errs []error
+	for _, n := range q.nodes {
+		got, err := n.names(ctx, pattern)
+		errs = append(errs, err)
+		out = union(out, got)
+	}
+	if len(out) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}

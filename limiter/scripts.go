@@ -27,6 +27,8 @@ var (
 	holdersLua string
 	//go:embed settoken.lua
 	setTokenLua string
+	//go:embed setlimit.lua
+	setLimitLua string
 
 	acquireScript  = redis.NewScript(commonLua + acquireLua)
 	refreshScript  = redis.NewScript(commonLua + refreshLua)
@@ -35,4 +37,5 @@ var (
 	resumeScript   = redis.NewScript(commonLua + resumeLua)
 	holdersScript  = redis.NewScript(commonLua + holdersLua)
 	setTokenScript = redis.NewScript(commonLua + setTokenLua)
+	setLimitScript = redis.NewScript(commonLua + setLimitLua)
 )

@@ -18,7 +18,8 @@ const maxLimit = 1 << 40
 // Client.Semaphore and safe for concurrent use.
 //
 // Processes may disagree on the limit; each acquisition is checked against
-// the limit of the Semaphore that asks.
+// the limit of the Semaphore that asks, unless a fleet-wide limit was
+// stored with SetLimit, which every process then obeys.
 type Semaphore struct {
 	c     *Client
 	name  string
@@ -38,7 +39,8 @@ type Holder struct {
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
-// Limit returns the number of permits.
+// Limit returns the limit the Semaphore was made with; a limit stored with
+// SetLimit overrides it (see EffectiveLimit).
 func (s *Semaphore) Limit() int64 { return s.limit }
 
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
@@ -142,6 +144,9 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 		return nil, rep, redisError("acquire", s.name, err)
 	}
 	s.c.hub.wake(rep.woken)
+	if rep.fleetLimit > 0 {
+		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("is above the fleet-wide limit %d of %q (SetLimit)", rep.fleetLimit, s.name))
+	}
 	if rep.heldWeight > 0 {
 		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("differs from the weight %d that lease %s holds", rep.heldWeight, r.id))
 	}
@@ -269,14 +274,19 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 	return hs, nil
 }
 
-// Available returns how many permits are free now under this Semaphore's
-// limit (never negative). It is a snapshot: use TryAcquire to take them.
+// Available returns how many permits are free now under the effective
+// limit (see EffectiveLimit; never negative). It is a snapshot: use
+// TryAcquire to take them.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
+	limit, _, err := s.EffectiveLimit(ctx)
+	if err != nil {
+		return 0, err
+	}
 	hs, err := s.Holders(ctx)
 	if err != nil {
 		return 0, err
 	}
-	free := s.limit
+	free := limit
 	for _, h := range hs {
 		free -= h.Weight
 	}

@@ -46,6 +46,9 @@ func parseAcquire(v []any) (acquireReply, error) {
 	case code == -1:
 		w, _ := v[1].(int64)
 		return acquireReply{heldWeight: w}, nil
+	case code == -2:
+		n, _ := v[1].(int64)
+		return acquireReply{fleetLimit: max(n, 1)}, nil
 	case code == 1 && len(v) >= 5:
 		tok, _ := v[1].(string)
 		w, _ := v[2].(int64)

@@ -25,6 +25,12 @@ type store interface {
 	// leave takes a waiter out of the queue and passes its turn on.
 	leave(ctx context.Context, k keyspace, wait, own string) ([]string, error)
 	holders(ctx context.Context, k keyspace) ([]Holder, error)
+	// setLimit stores (n > 0) or clears (n == 0) the fleet-wide limit and
+	// returns the own waiters it woke; fleetLimit reads it (0: none).
+	setLimit(ctx context.Context, k keyspace, n int64, own string, ttl time.Duration) ([]string, error)
+	fleetLimit(ctx context.Context, k keyspace) (int64, error)
+	// names lists the semaphores whose state key matches the pattern.
+	names(ctx context.Context, pattern string) ([]string, error)
 	// listen receives the messages of channel until ctx ends, reconnecting
 	// as needed; subscribed reports every (re)subscription or failure to.
 	listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))
@@ -44,6 +50,8 @@ type acquireRequest struct {
 }
 
 type acquireReply struct {
+	// fleetLimit is the fleet-wide limit when the weight is above it.
+	fleetLimit int64
 	granted bool
 	token   string
 	weight  int64

@@ -1,0 +1,73 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// SetLimit stores in Redis a limit that every process's Semaphore of this
+// name obeys in place of its own (the limit it was made with), until
+// SetLimit(ctx, 0) clears it: one command to follow a third party's new
+// quota, with no deploy. Lowering it evicts nobody: new grants wait until
+// the permits in use fit under it. Raising it wakes the waiters that now
+// fit at once. A request heavier than the stored limit fails with an
+// *ArgumentError naming "Weight" instead of waiting forever.
+//
+// While a limit is stored, the semaphore's keys do not expire (an idle
+// night must not bring back the processes' own limits); clearing it lets
+// them expire again once unused. n outside [0, 2^40] gives an
+// *ArgumentError; a Redlock Client cannot store one (an error says so);
+// a Redis failure is returned wrapped.
+func (s *Semaphore) SetLimit(ctx context.Context, n int64) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
+	if n < 0 || n > maxLimit {
+		return argError("n", n, fmt.Sprintf("must be between 0 (clear) and %d", int64(maxLimit)))
+	}
+	if err := s.c.Err(); err != nil {
+		return err
+	}
+	woken, err := s.c.st.setLimit(ctx, s.keys, n, s.c.channel, s.cfg.ttl)
+	s.c.hub.wake(woken)
+	if err != nil {
+		return redisError("set limit", s.name, err)
+	}
+	return nil
+}
+
+// EffectiveLimit returns the limit that grants obey now: the one stored
+// with SetLimit (fleet true), or else this Semaphore's own (Limit). A
+// Redis failure is returned wrapped.
+func (s *Semaphore) EffectiveLimit(ctx context.Context) (limit int64, fleet bool, err error) {
+	if ctx == nil {
+		return 0, false, argError("ctx", nil, "must not be nil")
+	}
+	n, err := s.c.st.fleetLimit(ctx, s.keys)
+	if err != nil {
+		return 0, false, redisError("read limit", s.name, err)
+	}
+	if n > 0 {
+		return n, true, nil
+	}
+	return s.limit, false, nil
+}
+
+// Names lists, sorted, the semaphores under the Client's prefix that have
+// state in Redis (held, waited on, or used within about two TTLs, or with
+// a stored limit) and whose name matches the glob match ("" matches all),
+// scanning every master of a Cluster and every node of a Redlock Client.
+// It is for operators: it SCANs the keyspace. A Redis failure is returned
+// wrapped.
+func (c *Client) Names(ctx context.Context, match string) ([]string, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
+	names, err := c.st.names(ctx, statePattern(c.cfg.prefix, match))
+	if err != nil {
+		return nil, fmt.Errorf("limiter: list names: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}

@@ -1,0 +1,152 @@
+package limiter_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// A stored limit binds every Client whatever limit it was made with;
+// lowering it evicts nobody, raising it wakes a waiter at once.
+func TestFleetLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 20*time.Second)
+		name := uniqueName(b, "fleet")
+		five, _ := newSemaphore(t, b.client(t), name, 5, limiter.TTL(10*time.Second))
+		eight, _ := newSemaphore(t, b.client(t), name, 8, limiter.TTL(10*time.Second))
+
+		if err := five.SetLimit(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if n, fleet, err := eight.EffectiveLimit(ctx); n != 2 || !fleet || err != nil {
+			t.Fatalf("EffectiveLimit after SetLimit(2): %d %v %v", n, fleet, err)
+		}
+		a, err := five.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bl, err := eight.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eight.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+			t.Fatalf("third lease under a fleet limit of 2 (own limit 8): %v", err)
+		}
+		var arg *limiter.ArgumentError
+		if _, err := eight.TryAcquire(ctx, limiter.Weight(3)); !errors.As(err, &arg) || arg.Arg != "Weight" {
+			t.Fatalf("weight 3 above the fleet limit 2: %v, want an ArgumentError naming Weight", err)
+		}
+
+		// Lowering: nobody evicted, nobody new until the permits fit.
+		if err := eight.SetLimit(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if a.Err() != nil || bl.Err() != nil {
+			t.Fatal("lowering the limit ended a lease")
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := five.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+			t.Fatalf("with 1 in use under a limit of 1: %v", err)
+		}
+
+		// Raising: a waiter in another Client is woken by SetLimit itself,
+		// not by its fallback timer (2s) or its keep-alive (every 1s).
+		got := make(chan error, 1)
+		go func() {
+			l, err := five.Acquire(ctx)
+			if err == nil {
+				defer l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // queued
+		start := time.Now()
+		if err := eight.SetLimit(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 250*time.Millisecond {
+				t.Fatalf("the waiter came %v after the raise", d)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("raising the limit did not wake the waiter")
+		}
+
+		// Clearing: each Semaphore's own limit again.
+		if err := five.SetLimit(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n, fleet, err := eight.EffectiveLimit(ctx); n != 8 || fleet || err != nil {
+			t.Fatalf("EffectiveLimit after clearing: %d %v %v", n, fleet, err)
+		}
+		if err := five.SetLimit(ctx, -1); !errors.As(err, &arg) || arg.Arg != "n" {
+			t.Fatalf("SetLimit(-1): %v", err)
+		}
+		_ = bl.Release(ctx)
+	})
+}
+
+// While a limit is stored the keys do not expire; cleared, they do again.
+func TestFleetLimitOutlivesIdleKeys(t *testing.T) {
+	b := singleBackend(t)
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, _ := newSemaphore(t, rdb, "persist", 3, limiter.TTL(time.Second))
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if ttl := rdb.PTTL(ctx, "redsem:{persist}:state").Val(); ttl <= 0 {
+		t.Fatalf("state key TTL %v before SetLimit, want one", ttl)
+	}
+	if err := sem.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the keys' slack, so a grant would extend them
+	l, err = sem.TryAcquire(ctx) // a grant must not set an expiry again
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if ttl := rdb.PTTL(ctx, "redsem:{persist}:state").Val(); ttl != -1 {
+		t.Fatalf("state key TTL %v with a stored limit, want none (-1)", ttl)
+	}
+	if err := sem.SetLimit(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, "redsem:{persist}:state").Val(); ttl <= 0 {
+		t.Fatalf("state key TTL %v after clearing, want one", ttl)
+	}
+}
+
+func TestNames(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 10*time.Second)
+		c := clientFor(t, b.client(t))
+		want := []string{"api-a", "api-{b}", "other%"}
+		for _, n := range want {
+			s, _ := c.Semaphore(n, 2)
+			if _, err := s.TryAcquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all, err := c.Names(ctx, "")
+		if err != nil || !slices.Equal(all, want) {
+			t.Fatalf("Names: %v %v, want %v", all, err, want)
+		}
+		api, err := c.Names(ctx, "api-*")
+		if err != nil || !slices.Equal(api, want[:2]) {
+			t.Fatalf("Names(api-*): %v %v", api, err)
+		}
+	})
+}

@@ -1,0 +1,70 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func (s *redisStore) setLimit(ctx context.Context, k keyspace, n int64, own string, ttl time.Duration) ([]string, error) {
+	v, err := setLimitScript.Run(ctx, s.rdb, k.keys, n, own, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return nil, err
+	}
+	return stringsOf(v), nil
+}
+
+func (s *redisStore) fleetLimit(ctx context.Context, k keyspace) (int64, error) {
+	v, err := s.rdb.HGet(ctx, k.keys[1], "cap").Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// stateSuffix ends the key that every used semaphore has (keys.go).
+const stateSuffix = "}:state"
+
+func (s *redisStore) names(ctx context.Context, pattern string) ([]string, error) {
+	var mu sync.Mutex // ForEachMaster scans the masters in parallel
+	seen := map[string]bool{}
+	var out []string
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			name, ok := nameOfStateKey(it.Val())
+			mu.Lock()
+			if ok && !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	return out, err
+}
+
+// nameOfStateKey undoes newKeyspace for a state key "<prefix>{<escaped
+// name>}:state".
+func nameOfStateKey(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 || !strings.HasSuffix(key, stateSuffix) {
+		return "", false
+	}
+	return tagUnescaper.Replace(key[open+1 : len(key)-len(stateSuffix)]), true
+}

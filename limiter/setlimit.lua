@@ -1,0 +1,28 @@
+-- ARGV: n (the fleet-wide limit; '0' clears it), own wake channel,
+--       ttl_ms (the caller's: when cleared, the keys expire again after
+--       it, or after the last lease, whichever is later)
+-- Stores a limit that overrides every Semaphore's own, for every process.
+-- Lowering it evicts nobody: grants wait until the permits in use fit.
+-- Raising it wakes at once the waiters that now fit. While it is set the
+-- keys never expire (keyexp "inf": no grant sets an expiry), so an idle
+-- night does not silently bring back the processes' own limits.
+-- Returns the own waiters woken.
+local n = tonumber(ARGV[1])
+local st = redis.call('HMGET', KEYS[2], 'total')
+local total = tonumber(st[1]) or 0
+if n == 0 then
+  redis.call('HDEL', KEYS[2], 'cap')
+  local last = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(+inf', '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  local now = clock_ms()
+  local until_ms = now + tonumber(ARGV[3])
+  if #last > 0 then until_ms = math.max(until_ms, tonumber(last[2])) end
+  local at = fmt(until_ms + 1000)
+  redis.call('HSET', KEYS[2], 'keyexp', at)
+  expire_keys(at)
+  return {}
+end
+redis.call('HSET', KEYS[2], 'cap', ARGV[1], 'limit', ARGV[1], 'keyexp', 'inf')
+redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', KEYS[2])
+redis.call('PERSIST', KEYS[3])
+return wake_fitting(nil, n - total, ARGV[2])
