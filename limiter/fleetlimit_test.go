@@ -113,7 +113,7 @@ func TestFleetLimitOutlivesIdleKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1200 * time.Millisecond) // past the keys' slack, so a grant would extend them
-	l, err = sem.TryAcquire(ctx) // a grant must not set an expiry again
+	l, err = sem.TryAcquire(ctx)        // a grant must not set an expiry again
 	if err != nil {
 		t.Fatal(err)
 	}

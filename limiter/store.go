@@ -52,15 +52,15 @@ type acquireRequest struct {
 type acquireReply struct {
 	// fleetLimit is the fleet-wide limit when the weight is above it.
 	fleetLimit int64
-	granted bool
-	token   string
-	weight  int64
-	free    int64         // when granted: permits still free after it
-	existed bool          // when granted: the owner's lease of this id, extended
-	woken   []string      // this Client's waiters to wake
-	retryIn time.Duration // when not granted: until the earliest expiry
-	inUse   int64         // when not granted
-	head    bool          // when not granted: nobody waits ahead
+	granted    bool
+	token      string
+	weight     int64
+	free       int64         // when granted: permits still free after it
+	existed    bool          // when granted: the owner's lease of this id, extended
+	woken      []string      // this Client's waiters to wake
+	retryIn    time.Duration // when not granted: until the earliest expiry
+	inUse      int64         // when not granted
+	head       bool          // when not granted: nobody waits ahead
 	// heldWeight is the weight of the lease the id holds when it differs
 	// from the request's (then nothing was granted).
 	heldWeight int64
