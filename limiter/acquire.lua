@@ -1,6 +1,7 @@
 -- ARGV: limit, weight, ttl_ms, id, proposed token ('' = server clock),
---       owner (the asking Client), reclaim (1: the owner has no live lease
---       of this id, so a lease it already holds is a retry's), wait id
+--       owner (the asking Client), reclaim ('': no; else a token: the
+--       owner has no live Lease of this id, so its lease of the id with a
+--       token above this one is a retry's, whose reply was lost), wait id
 --       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0)
 -- A quorum proposes the token so that its nodes, whose clocks differ,
 -- agree on it unless one has seen a later token. A quorum does not queue
@@ -12,7 +13,7 @@
 -- when not, {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local owner, reclaim, wait, own = ARGV[6], ARGV[7] == '1', ARGV[8], ARGV[10]
+local owner, reclaim_above, wait, own = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[10]
 local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -39,7 +40,7 @@ if st[4] then
   local score = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
   if score > now_ms then
     if w ~= weight then return {-1, w} end
-    if reclaim and holder == owner then
+    if reclaim_above and holder == owner and tonumber(tok) > reclaim_above then
       exp = math.max(exp, score) -- never shorten
       redis.call('ZADD', KEYS[1], fmt(exp), id)
       local at = next_keyexp(exp, ttl, keyexp)

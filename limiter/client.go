@@ -47,11 +47,9 @@ type Client struct {
 	closed bool
 	leases map[leaseKey]*Lease // live leases: one holder per id
 	asking map[leaseKey]int    // attempts and releases in flight, per given id
-	// unsure lists given ids whose last attempt got no reply: Redis may
-	// hold a lease of the id for this Client that no Lease stands for,
-	// until the time recorded (the attempt's TTL after it failed).
-	unsure      map[leaseKey]time.Time
-	unsurePrune int // prune expired unsure entries when the map reaches this size
+	given  map[leaseKey]*givenID
+	// givenPrune: prune what is known of given ids when the map reaches it.
+	givenPrune int
 	// reclaiming holds, per id, the one attempt allowed to take such a
 	// lease back; other attempts of the id wait for it to finish.
 	reclaiming map[leaseKey]chan struct{}
@@ -81,7 +79,7 @@ func newClient(opts []Option, open func(*config) store) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, id: uuid.NewString(), leases: map[leaseKey]*Lease{}, asking: map[leaseKey]int{},
-		unsure: map[leaseKey]time.Time{}, unsurePrune: unsurePruneMin, reclaiming: map[leaseKey]chan struct{}{}}
+		given: map[leaseKey]*givenID{}, givenPrune: givenPruneMin, reclaiming: map[leaseKey]chan struct{}{}}
 	c.channel = cfg.prefix + "wake:" + c.id
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.st = open(&c.cfg)
@@ -259,96 +257,8 @@ func (c *Client) untrack(l *Lease) {
 	if c.leases[k] == l {
 		delete(c.leases, k)
 	}
+	c.endedLocked(k, l)
 	c.mu.Unlock()
-}
-
-// ask registers an attempt with a given id (an acquire, or a Resume, which
-// never reclaims: mayReclaim false) and says whether it may take back a
-// lease of that id that Redis says is this Client's: only after an
-// attempt got no reply (the lease it may have made has no Lease), when no
-// live Lease has the id and nothing else of the id is in flight. While
-// such an attempt is out, other attempts of the id wait: one of them could
-// otherwise create (or take over) the lease that the reclaim then hands
-// out a second time. done(err) unregisters the attempt with its outcome;
-// a Redis error leaves the id unsure for ttl.
-func (c *Client) ask(ctx context.Context, k keyspace, id string, mayReclaim bool, ttl time.Duration) (reclaim bool, done func(error), err error) {
-	key := leaseKey{k.id(), id}
-	c.mu.Lock()
-	for c.reclaiming[key] != nil {
-		ch := c.reclaiming[key]
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false, nil, context.Cause(ctx)
-		}
-		c.mu.Lock()
-	}
-	until, unsure := c.unsure[key]
-	if unsure && !time.Now().Before(until) {
-		delete(c.unsure, key) // what it may have made has expired
-		unsure = false
-	}
-	reclaim = mayReclaim && unsure && c.leases[key] == nil && c.asking[key] == 0
-	var ch chan struct{}
-	if reclaim {
-		ch = make(chan struct{})
-		c.reclaiming[key] = ch
-	}
-	c.asking[key]++
-	c.mu.Unlock()
-	return reclaim, func(err error) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.unaskLocked(key)
-		switch {
-		case err != nil:
-			c.markUnsureLocked(key, ttl)
-		case reclaim:
-			delete(c.unsure, key)
-		}
-		if ch != nil {
-			delete(c.reclaiming, key)
-			close(ch)
-		}
-	}, nil
-}
-
-// releasing keeps attempts of the lease's id from reclaiming it while its
-// release is on the way: until Redis removed it, it is not theirs.
-func (c *Client) releasing(l *Lease) (done func()) {
-	key := leaseKey{l.sem.keys.id(), l.id}
-	c.mu.Lock()
-	c.asking[key]++
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.unaskLocked(key)
-	}
-}
-
-// unsurePruneMin is the size at which the unsure ids are first pruned.
-const unsurePruneMin = 64
-
-// markUnsureLocked records that Redis may hold a lease of key for this
-// Client for up to ttl, and prunes the ids whose time is up whenever the
-// map has doubled, so ids that fail once and are never asked for again
-// cost nothing for long.
-func (c *Client) markUnsureLocked(key leaseKey, ttl time.Duration) {
-	now := time.Now()
-	c.unsure[key] = now.Add(ttl + c.cfg.drift(ttl))
-	if len(c.unsure) < c.unsurePrune {
-		return
-	}
-	maps.DeleteFunc(c.unsure, func(_ leaseKey, until time.Time) bool { return !now.Before(until) })
-	c.unsurePrune = max(unsurePruneMin, 2*len(c.unsure))
-}
-
-func (c *Client) unaskLocked(key leaseKey) {
-	if c.asking[key]--; c.asking[key] == 0 {
-		delete(c.asking, key)
-	}
 }
 
 // releaseTimeoutDefault bounds a release that Do, Run or Release make on

@@ -323,3 +323,34 @@ func TestGrantAfterCloseIsGivenBack(t *testing.T) {
 		t.Fatalf("after the late grant: %d free (%v), want 1", n, err)
 	}
 }
+
+// A retry's reclaim returns only the lease a lost reply was about, never
+// one that a Lease of this Client stood for: here the Lease ran out its
+// local deadline (Redis keeps it for the drift allowance longer) after a
+// cancelled attempt of the same id left the id "unsure". Handing that
+// token out again would give its late writes and the new holder's the
+// same fencing token.
+func TestReclaimNeverReturnsAnEndedLeasesToken(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 10*time.Second)
+		mu, _ := newMutex(t, b.client(t), uniqueName(b, "retoken"), limiter.TTL(time.Second),
+			limiter.RefreshInterval(0), limiter.ClockDrift(0.3))
+		l0, err := mu.TryAcquire(ctx, limiter.ID("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := mu.TryAcquire(cancelled, limiter.ID("x")); err == nil {
+			t.Fatal("an attempt with a cancelled ctx succeeded")
+		}
+		<-l0.Done() // lost here at ~0.7s; Redis holds it until 1s
+		l2, err := mu.TryAcquire(ctx, limiter.ID("x"))
+		if err == nil && l2.Token() == l0.Token() {
+			t.Fatalf("a reclaim handed out the token %d of a Lease already lost (%v)", l0.Token(), l0.Err())
+		}
+		if err != nil && !errors.Is(err, limiter.ErrBusy) {
+			t.Fatal(err)
+		}
+	})
+}

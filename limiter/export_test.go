@@ -10,7 +10,10 @@ func AcquireOnce(ctx context.Context, s *Semaphore, id, wait string, reclaim boo
 	if err != nil {
 		return false, err
 	}
-	r.wait, r.reclaim = wait, reclaim
+	r.wait = wait
+	if reclaim {
+		r.reclaimAbove = "0"
+	}
 	rep, err := s.c.st.acquire(ctx, s.keys, r)
 	return rep.granted, err
 }

@@ -135,7 +135,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // caller whose ctx already ended still gives the permits back. If Redis
 // cannot be reached the error is returned and the permits come back when
 // the TTL runs out (call Release again to retry). A lease Redis no longer
-// holds gives ErrNotHeld; another holder's lease is never touched.
+// holds gives ErrNotHeld; another holder's lease is never touched. (A
+// lease that reached its Redis expiry but was not yet swept may release
+// without error: its permits were free for the taking either way.)
 func (l *Lease) Release(ctx context.Context) error {
 	// Until Redis has removed it, no attempt of this Client may reclaim
 	// the lease as its own.

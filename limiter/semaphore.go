@@ -126,14 +126,15 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	var rep acquireReply
 	var err error
 	if r.idGiven {
-		var done func(error)
-		if r.reclaim, done, err = s.c.ask(ctx, s.keys, r.id, true, r.ttl); err != nil {
+		var done func(error, string)
+		if r.reclaimAbove, done, err = s.c.ask(ctx, s.keys, r.id, true, r.ttl); err != nil {
 			return nil, rep, err
 		}
-		defer func() { done(err) }() // after newLease tracks a granted lease
+		defer func() { done(err, rep.token) }() // after newLease tracks a granted lease
 	}
 	sent := time.Now()
 	rep, err = s.c.st.acquire(ctx, s.keys, r)
+	s.c.hub.wake(rep.woken) // a quorum's nodes may have woken ours even when it failed
 	if err != nil {
 		if !r.idGiven {
 			// The script may have run with the reply lost: remove what
@@ -143,7 +144,6 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 		}
 		return nil, rep, redisError("acquire", s.name, err)
 	}
-	s.c.hub.wake(rep.woken)
 	if rep.fleetLimit > 0 {
 		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("is above the fleet-wide limit %d of %q (SetLimit)", rep.fleetLimit, s.name))
 	}
@@ -217,7 +217,7 @@ func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 	}
 	sent := time.Now()
 	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl})
-	defer func() { done(err) }() // after newLease tracks a resumed lease
+	defer func() { done(err, rep.token) }() // after newLease tracks a resumed lease
 	if err != nil {
 		return nil, redisError("resume", s.name, err)
 	}

@@ -44,9 +44,11 @@ type acquireRequest struct {
 	idGiven  bool
 	proposed string // fencing token a quorum proposes; "" = server clock
 	owner    string // the Client asking
-	reclaim  bool   // the owner has no live lease of id
-	wait     string // queue entry to create or keep; "" = never queue
-	channel  string // the owner's wake channel
+	// reclaimAbove: the owner has no live Lease of id, and may take back
+	// its lease of id with a token above this ("": may not reclaim).
+	reclaimAbove string
+	wait         string // queue entry to create or keep; "" = never queue
+	channel      string // the owner's wake channel
 }
 
 type acquireReply struct {
