@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+func ptr(n int64) *int64 { return &n }
+
+// lines splits text output into lines of whitespace-separated fields.
+func lines(out string) [][]string {
+	var ls [][]string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		ls = append(ls, strings.Fields(l))
+	}
+	return ls
+}
+
+// twoSemaphores holds leases a (2 permits) and b (1) on "jobs" (limit 5,
+// no fleet limit), x (1) on "api:github" (fleet limit 3 over a limit of
+// 10), and one lease under another prefix, which ls must not show.
+func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
+	t.Helper()
+	jobs := f.sem(t, "jobs", 5)
+	a = f.hold(t, jobs, "a", 2)
+	b = f.hold(t, jobs, "b", 1)
+	api := f.sem(t, "api:github", 10)
+	if err := api.SetLimit(f.ctx(), 3); err != nil {
+		t.Fatal(err)
+	}
+	x = f.hold(t, api, "x", 1)
+
+	other := redistest.Limiter(t, f.rdb) // the default prefix
+	s, err := other.Semaphore("elsewhere", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hold(t, s, "o", 1)
+	return a, b, x
+}
+
+func TestLs(t *testing.T) {
+	f := newFixture(t)
+	twoSemaphores(t, f)
+
+	out := f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", false) })
+	want := [][]string{
+		{"NAME", "LIMIT", "IN", "USE", "HOLDERS"},
+		{"api:github", "3", "1", "1"},
+		{"jobs", "-", "3", "2"},
+	}
+	if got := lines(out); !reflect.DeepEqual(got, want) {
+		t.Errorf("ls:\n%s\nwant rows %q", out, want)
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", true) })
+	var entries []lsEntry
+	if err := json.Unmarshal([]byte(out), &entries); err != nil {
+		t.Fatalf("ls -json is not JSON: %v\n%s", err, out)
+	}
+	wantJSON := []lsEntry{
+		{Name: "api:github", FleetLimit: ptr(3), InUse: 1, Holders: 1},
+		{Name: "jobs", FleetLimit: nil, InUse: 3, Holders: 2},
+	}
+	if !reflect.DeepEqual(entries, wantJSON) {
+		t.Errorf("ls -json:\n%s", out)
+	}
+	if !strings.Contains(out, `"fleet_limit": null`) {
+		t.Errorf("ls -json: no fleet limit must be null, not left out:\n%s", out)
+	}
+
+	// A glob selects; no match is an empty list, in JSON too.
+	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "j*", false) })
+	if got := lines(out); len(got) != 2 || got[1][0] != "jobs" {
+		t.Errorf("ls j*:\n%s", out)
+	}
+	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "nothing*", true) })
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("ls -json with no match = %q, want []", out)
+	}
+	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "nothing*", false) })
+	if strings.TrimSpace(out) != "no semaphores" {
+		t.Errorf("ls with no match = %q", out)
+	}
+}
+
+func TestShow(t *testing.T) {
+	f := newFixture(t)
+	a, b, x := twoSemaphores(t, f)
+
+	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "jobs", false) })
+	got := lines(out)
+	head := [][]string{
+		{"name:", "jobs"},
+		{"limit:", "-", "(no", "fleet", "limit:", "each", "process", "uses", "its", "own)"},
+		{"in", "use:", "3"},
+		{"holders:", "2"},
+		{},
+		{"ID", "WEIGHT", "TOKEN", "TTL"},
+	}
+	if len(got) != len(head)+2 || !reflect.DeepEqual(got[:len(head)], head) {
+		t.Fatalf("show jobs:\n%s", out)
+	}
+	for i, l := range []*limiter.Lease{a, b} { // oldest grant first
+		row := got[len(head)+i]
+		want := []string{l.ID(), strconv.FormatInt(l.Weight(), 10), strconv.FormatInt(l.Token(), 10)}
+		if !reflect.DeepEqual(row[:3], want) {
+			t.Errorf("show jobs row %d = %q, want %q then a TTL", i, row, want)
+		}
+		if ttl, err := time.ParseDuration(row[3]); err != nil || ttl <= 0 || ttl > limiter.DefaultTTL {
+			t.Errorf("show jobs row %d: TTL %q (%v), want in (0, %v]", i, row[3], err, limiter.DefaultTTL)
+		}
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "api:github", true) })
+	var st semState
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("show -json is not JSON: %v\n%s", err, out)
+	}
+	if st.Name != "api:github" || st.FleetLimit == nil || *st.FleetLimit != 3 || st.InUse != 1 || len(st.Holders) != 1 {
+		t.Fatalf("show -json api:github:\n%s", out)
+	}
+	h := st.Holders[0]
+	if h.ID != "x" || h.Weight != 1 || h.Token != x.Token() || h.TTLms <= 0 || h.TTLms > limiter.DefaultTTL.Milliseconds() {
+		t.Errorf("show -json holder = %+v, want x, 1, token %d, a TTL", h, x.Token())
+	}
+
+	// A name nobody uses shows empty, with holders [] rather than null.
+	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "unused", true) })
+	if !strings.Contains(out, `"holders": []`) || !strings.Contains(out, `"in_use": 0`) {
+		t.Errorf("show -json unused:\n%s", out)
+	}
+}
+
+func TestSetLimit(t *testing.T) {
+	f := newFixture(t)
+	twoSemaphores(t, f) // 3 of jobs' 5 permits in use
+	jobs := f.sem(t, "jobs", 5)
+
+	out := f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 2, false) })
+	if !strings.Contains(out, "jobs: fleet limit 2 (was -)") || !strings.Contains(out, "3 permits are in use") {
+		t.Errorf("set-limit jobs 2:\n%s", out)
+	}
+	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 2 || !fleet {
+		t.Fatalf("after set-limit 2: EffectiveLimit = %d, %v, %v", n, fleet, err)
+	}
+	// The application's semaphore (limit 5) obeys it, and nobody was evicted.
+	if _, err := jobs.TryAcquire(f.ctx()); !errors.Is(err, limiter.ErrBusy) {
+		t.Errorf("TryAcquire under fleet limit 2 with 3 in use: %v, want ErrBusy", err)
+	}
+	if hs, err := jobs.Holders(f.ctx()); err != nil || len(hs) != 2 {
+		t.Errorf("holders after lowering the limit: %v, %v", hs, err)
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 4, true) })
+	var r setLimitResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("set-limit -json: %v\n%s", err, out)
+	}
+	if want := (setLimitResult{Name: "jobs", FleetLimit: ptr(4), Previous: ptr(2), InUse: 3}); !reflect.DeepEqual(r, want) {
+		t.Errorf("set-limit -json jobs 4:\n%s", out)
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 0, false) })
+	if !strings.Contains(out, "fleet limit cleared (was 4)") {
+		t.Errorf("set-limit jobs 0:\n%s", out)
+	}
+	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 5 || fleet {
+		t.Errorf("after set-limit 0: EffectiveLimit = %d, %v, %v; want the constructor's 5", n, fleet, err)
+	}
+
+	err := setLimit(f.ctx(), &bytes.Buffer{}, f.cli, "jobs", 1<<41, false)
+	if !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Errorf("set-limit above 2^40: %v, want an invalid argument (exit 2)", err)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	f := newFixture(t)
+	// A short TTL, so the holder's next refresh comes soon.
+	jobs := f.sem(t, "jobs", 3, limiter.TTL(600*time.Millisecond), limiter.Logger(slog.New(slog.DiscardHandler)))
+	a := f.hold(t, jobs, "a", 2)
+	b := f.hold(t, jobs, "b", 1)
+
+	// Another process waits for the full semaphore.
+	other := redistest.Limiter(t, f.srv.Client(t), limiter.Prefix(testPrefix))
+	waiting, err := other.Semaphore("jobs", 3, limiter.AcquireTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		l, err := waiting.Acquire(f.ctx(), limiter.Weight(2))
+		if err == nil {
+			err = l.Release(f.ctx())
+		}
+		granted <- err
+	}()
+	select {
+	case err := <-granted:
+		t.Fatalf("waiter got through a full semaphore: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	out := f.run(t, func(w *bytes.Buffer) error { return release(f.ctx(), w, f.cli, "jobs", "a", false) })
+	want := "jobs: released lease a (weight 2, token " + strconv.FormatInt(a.Token(), 10) + ","
+	if !strings.HasPrefix(out, want) || !strings.Contains(out, "next refresh") {
+		t.Errorf("release jobs a:\n%s\nwant it to start %q", out, want)
+	}
+	hs, err := jobs.Holders(f.ctx())
+	ids := map[string]bool{}
+	for _, h := range hs {
+		ids[h.ID] = true
+	}
+	if err != nil || ids["a"] || !ids["b"] { // and maybe the waiter
+		t.Errorf("holders after release a: %+v, %v; want b and not a", hs, err)
+	}
+	select { // the permits went to the waiter at once, not at a's TTL
+	case err := <-granted:
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("the waiter was not granted the released permits")
+	}
+	select { // and the holder learns at its next refresh
+	case <-a.Done():
+		if !errors.Is(a.Err(), limiter.ErrLeaseLost) {
+			t.Errorf("released holder's Err = %v, want ErrLeaseLost", a.Err())
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("the holder of the released lease was never told")
+	}
+
+	err = release(f.ctx(), &bytes.Buffer{}, f.cli, "jobs", "nosuch", false)
+	if err == nil || !strings.Contains(err.Error(), `no lease with id "nosuch"`) {
+		t.Errorf("release of an unknown id: %v", err)
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return release(f.ctx(), w, f.cli, "jobs", "b", true) })
+	var r releaseResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("release -json: %v\n%s", err, out)
+	}
+	if r.Name != "jobs" || r.Released.ID != "b" || r.Released.Weight != 1 || r.Released.Token != b.Token() {
+		t.Errorf("release -json jobs b:\n%s", out)
+	}
+	if hs, err := jobs.Holders(f.ctx()); err != nil || len(hs) != 0 {
+		t.Errorf("holders after release b: %+v, %v", hs, err)
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// testPrefix is not the default, so every test also proves that -prefix
+// (limiter.Prefix) is what decides which semaphores redsem sees.
+const testPrefix = "cli-test:"
+
+// fixture is a real redis-server, a limiter Client of an application
+// holding leases in it (the holder), and one of the CLI (the inspector).
+type fixture struct {
+	srv     *redistest.Server
+	rdb     *redis.Client
+	holder  *limiter.Client
+	cli     *limiter.Client
+	timeout context.Context
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	f := &fixture{srv: srv, rdb: rdb,
+		holder: redistest.Limiter(t, srv.Client(t), limiter.Prefix(testPrefix)),
+		cli:    redistest.Limiter(t, rdb, limiter.Prefix(testPrefix)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	f.timeout = ctx
+	return f
+}
+
+func (f *fixture) ctx() context.Context { return f.timeout }
+
+// sem is a semaphore of the holder, the application's view.
+func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.Option) *limiter.Semaphore {
+	t.Helper()
+	s, err := f.holder.Semaphore(name, limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// hold acquires a lease with that id and weight, or fails the test.
+func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int64) *limiter.Lease {
+	t.Helper()
+	l, err := s.TryAcquire(f.ctx(), limiter.ID(id), limiter.Weight(weight))
+	if err != nil {
+		t.Fatalf("acquire %s/%s: %v", s.Name(), id, err)
+	}
+	return l
+}
+
+// run calls a command function as main does, and returns its output.
+func (f *fixture) run(t *testing.T, fn func(w *bytes.Buffer) error) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := fn(&buf); err != nil {
+		t.Fatalf("command failed: %v\noutput:\n%s", err, buf.String())
+	}
+	return buf.String()
+}

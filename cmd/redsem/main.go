@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+const usage = `usage:
+  redsem [flags] ls [PATTERN]        semaphores under the prefix; PATTERN is a glob (default *)
+  redsem [flags] show NAME           a semaphore's limit and holders
+  redsem [flags] set-limit NAME N    set the fleet-wide limit; N=0 clears it
+  redsem [flags] release NAME ID     force-release the lease with id ID; its
+                                     holder learns of the loss at its next refresh
+
+flags (before or after the command; -- ends them):
+  -json              print JSON for scripts
+  -addr HOST:PORT    Redis server (default localhost:6379, or $REDIS_URL when
+                     neither -addr nor -cluster is given)
+  -cluster A,B,...   Redis Cluster seed addresses
+  -user NAME         ACL user name
+  -password PASS     password (default $REDIS_PASSWORD)
+  -tls               use TLS (rediss:// implies it)
+  -tls-ca FILE       PEM CA certificates to trust (implies -tls)
+  -tls-insecure      skip server certificate verification (implies -tls)
+  -prefix P          key prefix of the limiter Clients (default "redsem:")
+  -timeout D         bound on the whole command (default 10s)
+
+LIMIT is the fleet limit set with set-limit; "-" means none is set and each
+process uses the limit its code gives, which redsem cannot see.
+exit status: 0 ok, 1 error, 2 usage
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// usageError is a mistake in the command line or environment: exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// errNoCommand makes run print the usage to standard error.
+var errNoCommand = usageError{"no command given"}
+
+// options are the parsed flags.
+type options struct {
+	conn    connOptions
+	prefix  string
+	timeout time.Duration
+	json    bool
+}
+
+// action is one command, its arguments checked, waiting for a Client.
+type action func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error
+
+// run is the whole command: it returns the exit status.
+func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	o, act, err := parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return 0
+	case errors.Is(err, errNoCommand):
+		fmt.Fprint(stderr, usage)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "redsem: %v\n(redsem -h for help)\n", err)
+		return 2
+	}
+	if err := execute(o, act, stdout, getenv); err != nil {
+		fmt.Fprintf(stderr, "redsem: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) || errors.Is(err, limiter.ErrInvalidArgument) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// parse reads the flags and the command; help (-h, or the help command)
+// is flag.ErrHelp.
+func parse(args []string) (options, action, error) {
+	var o options
+	fs := flag.NewFlagSet("redsem", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints the errors and the usage
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+	fs.StringVar(&o.conn.addr, "addr", "localhost:6379", "Redis server")
+	fs.StringVar(&o.conn.cluster, "cluster", "", "Redis Cluster seed addresses")
+	fs.StringVar(&o.conn.user, "user", "", "ACL user")
+	fs.StringVar(&o.conn.password, "password", "", "password")
+	fs.BoolVar(&o.conn.tls, "tls", false, "use TLS")
+	fs.StringVar(&o.conn.tlsCA, "tls-ca", "", "CA certificates")
+	fs.BoolVar(&o.conn.tlsInsecure, "tls-insecure", false, "skip verification")
+	fs.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return o, nil, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "addr":
+			o.conn.addrSet = true
+		case "password":
+			o.conn.passwordSet = true
+		}
+	})
+	if o.timeout <= 0 {
+		return o, nil, usagef("-timeout must be > 0")
+	}
+	if len(pos) == 0 {
+		return o, nil, errNoCommand
+	}
+	act, err := command(pos[0], pos[1:])
+	return o, act, err
+}
+
+// parseInterspersed lets flags follow the command and its arguments, as
+// operators type them (redsem ls -json): the flag package stops at the
+// first argument that is not a flag. After "--" every argument is
+// positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// command checks a command's arguments, before anything is sent to Redis.
+func command(name string, args []string) (action, error) {
+	nargs := func(lo, hi int, what string) error {
+		if len(args) < lo || len(args) > hi {
+			return usagef("usage: redsem %s %s", name, what)
+		}
+		for _, a := range args {
+			if a == "" {
+				return usagef("%s: empty argument", name)
+			}
+		}
+		return nil
+	}
+	switch name {
+	case "help":
+		return nil, flag.ErrHelp
+	case "ls":
+		if err := nargs(0, 1, "[PATTERN]"); err != nil {
+			return nil, err
+		}
+		pattern := ""
+		if len(args) == 1 {
+			pattern = args[0]
+		}
+		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
+			return ls(ctx, w, c, pattern, asJSON)
+		}, nil
+	case "show":
+		if err := nargs(1, 1, "NAME"); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
+			return show(ctx, w, c, args[0], asJSON)
+		}, nil
+	case "set-limit":
+		if err := nargs(2, 2, "NAME N"); err != nil {
+			return nil, err
+		}
+		n, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || n < 0 {
+			return nil, usagef("set-limit: N must be a whole number >= 0 (0 clears the fleet limit), not %q", args[1])
+		}
+		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
+			return setLimit(ctx, w, c, args[0], n, asJSON)
+		}, nil
+	case "release":
+		if err := nargs(2, 2, "NAME ID"); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
+			return release(ctx, w, c, args[0], args[1], asJSON)
+		}, nil
+	}
+	return nil, usagef("unknown command %q", name)
+}
+
+// execute connects, runs act within -timeout, and disconnects.
+func execute(o options, act action, w io.Writer, getenv func(string) string) error {
+	rdb, where, err := o.conn.client(getenv)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	c, err := limiter.New(rdb, limiter.Prefix(o.prefix))
+	if err != nil {
+		return usagef("-prefix: %v", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Close(ctx) // it holds nothing: nothing to give back
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return withTimeout(ctx, fmt.Errorf("cannot connect to Redis at %s: %w", where, err), o.timeout)
+	}
+	return withTimeout(ctx, act(ctx, w, c, o.json), o.timeout)
+}
+
+// withTimeout says so when -timeout ended the command.
+func withTimeout(ctx context.Context, err error, d time.Duration) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (gave up after -timeout %v)", err, d)
+	}
+	return err
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// releaseResult is what release prints with -json.
+type releaseResult struct {
+	Name     string     `json:"name"`
+	Released holderInfo `json:"released"`
+}
+
+// release force-releases the lease of name with that id, by the fencing
+// token Redis lists for it now: a lease that ended or was handed over in
+// between is left alone. Its permits go to the next waiter at once; the
+// holder learns of the loss at its next refresh.
+func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id string, asJSON bool) error {
+	st, err := inspect(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	var h *holderInfo
+	for i := range st.Holders {
+		if st.Holders[i].ID == id {
+			h = &st.Holders[i]
+		}
+	}
+	if h == nil {
+		return fmt.Errorf("%s has no lease with id %q (%d holders: see redsem show %s)", name, id, len(st.Holders), name)
+	}
+	// ReleaseTicket refuses a weight above the Semaphore's limit, which
+	// here only has to fit the ticket.
+	sem, err := c.Semaphore(name, h.Weight)
+	if err != nil {
+		return err
+	}
+	err = sem.ReleaseTicket(ctx, limiter.Ticket{Name: name, ID: id, Weight: h.Weight, Token: h.Token})
+	if errors.Is(err, limiter.ErrNotHeld) {
+		return fmt.Errorf("lease %q of %s expired or changed hands (token %d) before it could be released: nothing removed", id, name, h.Token)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(w, releaseResult{Name: name, Released: *h})
+	}
+	_, err = fmt.Fprintf(w, "%s: released lease %s (weight %d, token %d, %s left); its holder learns of the loss at its next refresh\n",
+		name, id, h.Weight, h.Token, ttlText(h.TTLms))
+	return err
+}

@@ -1,0 +1,139 @@
+package httplimit
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// DefaultMaxWait is how long a request waits for a permit when its
+// config's MaxWait is 0.
+const DefaultMaxWait = 5 * time.Second
+
+// ServerConfig configures Middleware.
+type ServerConfig struct {
+	// Name names the semaphore (required). With Key, every key has its
+	// own semaphore, named Name+":"+key.
+	Name string
+	// Limit is the number of permits of each semaphore (required, >= 1):
+	// across every process that uses the same Redis and Name, at most
+	// Limit permits are held at once.
+	Limit int64
+	// Key, when set, picks the semaphore of a request: one cap of Limit
+	// per key, e.g. per API key or per tenant. A request for which it
+	// returns ok == false is not gated. Without Key, every request shares
+	// the one semaphore Name. Keys should come from authenticated values
+	// (see the package doc).
+	Key func(r *http.Request) (key string, ok bool)
+	// Weight, when set, gives the permits a request takes (default 1).
+	// A weight outside [1, Limit] is a programming error: the request is
+	// answered 500 Internal Server Error and the error is logged.
+	Weight func(r *http.Request) int64
+	// MaxWait bounds how long a request waits for a permit (woken by a
+	// release, not by polling), and the request's own context bounds it
+	// too. 0 means DefaultMaxWait; a negative MaxWait does not wait at
+	// all: a request that finds the semaphore full is answered at once.
+	MaxWait time.Duration
+	// BusyStatus is the status of the answer to a request that got no
+	// permit within MaxWait (default 429 Too Many Requests;
+	// 503 Service Unavailable is the other usual choice). It must be
+	// a 4xx or 5xx status.
+	BusyStatus int
+	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
+	// limiter.Prefix, limiter.Metrics); they override the options the
+	// limiter.Client was made with. MaxWait overrides their
+	// AcquireTimeout and AttemptsLimit.
+	LimiterOptions []limiter.Option
+	// Logger receives failed releases, lost leases, Redis failures and
+	// bad weights (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// TransportConfig configures NewTransport.
+type TransportConfig struct {
+	// Name prefixes the semaphores (required): a request's semaphore is
+	// named Name+":"+key.
+	Name string
+	// Limit is the number of requests per key in flight at once across
+	// every process that uses the same Redis and Name (required, >= 1).
+	Limit int64
+	// Key picks a request's semaphore; a request for which it returns
+	// ok == false is sent without a permit. Default: the request's host
+	// and port (lower-cased, with the scheme's default port filled in),
+	// so every upstream host has its own cap of Limit.
+	Key func(r *http.Request) (key string, ok bool)
+	// MaxWait bounds how long a request waits for a permit, and the
+	// request's context bounds it too. 0 means DefaultMaxWait; a negative
+	// MaxWait does not wait at all: RoundTrip fails at once when the
+	// semaphore is full.
+	MaxWait time.Duration
+	// Base sends the requests (default http.DefaultTransport).
+	Base http.RoundTripper
+	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
+	// limiter.MaxHold, limiter.Prefix); they override the options the
+	// limiter.Client was made with. MaxWait overrides their
+	// AcquireTimeout and AttemptsLimit.
+	LimiterOptions []limiter.Option
+	// Logger receives failed releases (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// ConfigError names the field of a ServerConfig or TransportConfig that
+// is wrong and why. errors.Is(err, limiter.ErrInvalidArgument) is true
+// for it, as for the limiter's own *ArgumentError.
+type ConfigError struct {
+	Field  string // e.g. "Name", "Limit", "BusyStatus"
+	Value  any
+	Reason string
+}
+
+// Error says which field is wrong and why.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("httplimit: invalid %s %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, limiter.ErrInvalidArgument) true.
+func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvalidArgument }
+
+// common is what the middleware and the transport share: validated
+// fields, the semaphore options and the semaphore cache.
+type common struct {
+	name    string
+	limit   int64
+	maxWait time.Duration // < 0: TryAcquire
+	logger  *slog.Logger
+	sems    *semaphores
+}
+
+// newCommon validates what both configs have and makes the semaphore
+// cache. A probe semaphore (Client.Semaphore sends nothing to Redis)
+// reports a bad limit or limiter option, or a closed client, now rather
+// than on the first request.
+func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Duration,
+	lopts []limiter.Option, logger *slog.Logger) (common, error) {
+	switch {
+	case client == nil:
+		return common{}, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+	case name == "":
+		return common{}, &ConfigError{Field: "Name", Value: `""`, Reason: "must not be empty"}
+	case limit < 1:
+		return common{}, &ConfigError{Field: "Limit", Value: limit, Reason: "must be >= 1"}
+	}
+	if maxWait == 0 {
+		maxWait = DefaultMaxWait
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	// MaxWait alone (with the request's context) bounds the wait.
+	opts := append(slices.Clone(lopts), limiter.AcquireTimeout(max(maxWait, 0)), limiter.AttemptsLimit(0))
+	if _, err := client.Semaphore(name, limit, opts...); err != nil {
+		return common{}, fmt.Errorf("httplimit: %w", err)
+	}
+	return common{name: name, limit: limit, maxWait: maxWait, logger: logger,
+		sems: newSemaphores(client, limit, opts)}, nil
+}

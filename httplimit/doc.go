@@ -1,0 +1,53 @@
+// Package httplimit caps concurrent HTTP requests across every process
+// that shares a Redis, with semaphores from package limiter: incoming
+// requests with a middleware, outgoing ones with an http.RoundTripper.
+//
+//	lc, err := limiter.New(rdb) // one per process; Close it after the server shut down
+//	defer lc.Close(ctx)
+//
+//	// Server: at most 10 requests per API key at once; wait up to 2s, then 429.
+//	mw, err := httplimit.Middleware(lc, httplimit.ServerConfig{
+//		Name: "api", Limit: 10, MaxWait: 2 * time.Second,
+//		Key: func(r *http.Request) (string, bool) { k := r.Header.Get("X-API-Key"); return k, k != "" },
+//	})
+//	http.ListenAndServe(addr, mw(mux))
+//
+//	// Client: at most 4 requests in flight per upstream host.
+//	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "outbound", Limit: 4})
+//	hc := &http.Client{Transport: rt}
+//
+// # Middleware
+//
+// A request waits for a permit (woken by a release, not by polling) up to
+// MaxWait, then is answered 429 Too Many Requests (or the configured
+// BusyStatus) with a Retry-After header from limiter.BusyError's RetryIn.
+// The handler runs under the lease (limiter.Lease.Run, the one way work
+// runs under a lease in this module): limiter.LeaseFrom(r.Context())
+// gives the lease, the request's context is cancelled with cause
+// limiter.ErrLeaseLost if it is lost, and the permits are released when
+// the handler returns or panics (the panic goes on after the release).
+//
+// # Transport
+//
+// RoundTrip waits for a permit (the request's context and MaxWait bound
+// the wait) and holds it until the response body is read to the end or
+// closed, not merely until RoundTrip returns, so a streamed response
+// counts for as long as it streams. It releases exactly once, also when
+// the request fails. A lost lease cuts the request off: RoundTrip, or
+// the next Read of the body, returns an error matching
+// limiter.ErrLeaseLost (see Transport.RoundTrip for why).
+//
+// # Semaphores
+//
+// A semaphore is named by the config's Name, plus ":"+key when a Key
+// picks one per request. Each middleware or transport caches the
+// semaphores it used recently, so request-derived keys do not grow
+// memory without bound: one unused for a minute is dropped, and at most
+// 10,000 are cached (past that, a new key's semaphore is used uncached).
+// Dropping one costs nothing in Redis and does not touch the cap, which
+// lives in Redis. Every gated request still costs an acquire and a
+// release round trip, so derive keys from authenticated values (run the
+// middleware after authentication), not from anything a client may
+// invent. Invalid configs are reported when the middleware or transport
+// is made, as a *ConfigError naming the field.
+package httplimit

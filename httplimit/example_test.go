@@ -1,0 +1,133 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/httplimit"
+	"github.com/redsem/redsem/limiter"
+)
+
+// At most one request per API key at once, across every server process
+// that uses this Redis. A request that finds its key busy is answered
+// 429 with Retry-After at once (a negative MaxWait does not wait).
+func ExampleMiddleware() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb) // one per process
+	if err != nil {
+		panic(err)
+	}
+	defer lc.Close(context.Background()) // after the server shut down
+
+	mw, err := httplimit.Middleware(lc, httplimit.ServerConfig{
+		Name:    "example:api",
+		Limit:   1,
+		MaxWait: -1,
+		Key: func(r *http.Request) (string, bool) {
+			key := r.Header.Get("X-API-Key")
+			return key, key != "" // requests without a key are not capped
+		},
+	})
+	if err != nil {
+		panic(err) // a *httplimit.ConfigError names the bad field
+	}
+	inSlow, finish := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// r.Context() is cancelled (cause limiter.ErrLeaseLost) if the
+		// permit is lost; the lease's fencing token is at hand.
+		lease, _ := limiter.LeaseFrom(r.Context())
+		if r.URL.Path == "/slow" {
+			close(inSlow)
+			<-finish
+		}
+		fmt.Fprintf(w, "token > 0: %v", lease.Token() > 0)
+	})))
+	defer srv.Close()
+
+	call := func(path, apiKey string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("X-API-Key", apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		return resp
+	}
+	slow := make(chan *http.Response)
+	go func() { slow <- call("/slow", "alice") }()
+	<-inSlow
+
+	busy := call("/", "alice")
+	busy.Body.Close()
+	fmt.Println("alice again:", busy.StatusCode, "Retry-After set:", busy.Header.Get("Retry-After") != "")
+	bob := call("/", "bob")
+	body, _ := io.ReadAll(bob.Body)
+	bob.Body.Close()
+	fmt.Println("bob:", bob.StatusCode, string(body))
+
+	close(finish)
+	first := <-slow
+	first.Body.Close()
+	fmt.Println("alice's first:", first.StatusCode)
+	// Output:
+	// alice again: 429 Retry-After set: true
+	// bob: 200 token > 0: true
+	// alice's first: 200
+}
+
+// At most 2 requests in flight per upstream host across every process.
+// A response holds its permit until its body is read to the end or
+// closed, so a streamed download counts for as long as it streams.
+func ExampleNewTransport() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer lc.Close(context.Background()) // after the last body was closed
+
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "pong")
+	}))
+	defer upstream.Close()
+
+	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{
+		Name:    "example:outbound",
+		Limit:   2,
+		MaxWait: 100 * time.Millisecond, // and the request's context
+	})
+	if err != nil {
+		panic(err)
+	}
+	hc := &http.Client{Transport: rt}
+	defer hc.CloseIdleConnections()
+
+	a, _ := hc.Get(upstream.URL) // holds a permit until its body is done
+	b, _ := hc.Get(upstream.URL)
+	_, err = hc.Get(upstream.URL) // a third waits up to MaxWait, then fails
+	var busy *limiter.BusyError
+	fmt.Println("third:", errors.Is(err, limiter.ErrBusy), errors.As(err, &busy))
+
+	body, _ := io.ReadAll(a.Body) // reading to the end releases
+	a.Body.Close()                // (releasing only once)
+	b.Body.Close()                // and so does Close
+	c, err := hc.Get(upstream.URL)
+	if err != nil {
+		panic(err)
+	}
+	c.Body.Close()
+	fmt.Println("first:", string(body), "fourth:", c.StatusCode)
+	// Output:
+	// third: true true
+	// first: pong fourth: 200
+}

@@ -1,0 +1,117 @@
+package httplimit_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// env is one test's Redis and the limiter Client the code under test uses.
+type env struct {
+	srv *redistest.Server
+	rdb *redis.Client
+	lc  *limiter.Client
+}
+
+func newEnv(t *testing.T, opts ...limiter.Option) env {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	return env{srv: srv, rdb: rdb, lc: redistest.Limiter(t, rdb, opts...)}
+}
+
+// other is a second limiter Client on the same Redis: another process,
+// as far as the semaphores can tell. Tests use it to hold permits and to
+// look at the semaphores.
+func (e env) other(t *testing.T) *limiter.Client {
+	t.Helper()
+	return redistest.Limiter(t, e.rdb)
+}
+
+func sem(t *testing.T, c *limiter.Client, name string, limit int64, opts ...limiter.Option) *limiter.Semaphore {
+	t.Helper()
+	s, err := c.Semaphore(name, limit, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func holders(t *testing.T, s *limiter.Semaphore) []limiter.Holder {
+	t.Helper()
+	hs, err := s.Holders(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+// evict removes every lease of s from Redis behind its holder's back, so
+// that its holder's next refresh finds it gone.
+func evict(t *testing.T, s *limiter.Semaphore) {
+	t.Helper()
+	hs := holders(t, s)
+	if len(hs) == 0 {
+		t.Fatal("no lease to evict")
+	}
+	for _, h := range hs {
+		tk := limiter.Ticket{Name: s.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token}
+		if err := s.ReleaseTicket(ctxT(t, 5*time.Second), tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// noLeaks checks, after every cleanup registered later (servers, Clients)
+// has run, that the test left no goroutine behind.
+func noLeaks(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// httpClient is an http.Client on its own connection pool with rt (or a
+// plain transport) on top, whose idle connections are closed at cleanup.
+func httpClient(t *testing.T, rt http.RoundTripper) *http.Client {
+	c := &http.Client{Transport: rt}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func newBase(t *testing.T) *http.Transport {
+	b := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(b.CloseIdleConnections)
+	return b
+}
+
+// concurrency counts how many requests are in at once, independently of
+// the library.
+type concurrency struct {
+	now, peak, total atomic.Int64
+}
+
+func (c *concurrency) enter() {
+	c.total.Add(1)
+	n := c.now.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (c *concurrency) leave() { c.now.Add(-1) }

@@ -1,0 +1,149 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// Middleware returns a middleware that runs a handler only while the
+// request holds a permit of a semaphore of client (see ServerConfig for
+// which one, and how many permits). A nil client gives a
+// *limiter.ArgumentError naming "client"; a bad field a *ConfigError
+// naming it; a bad LimiterOptions value the limiter's *ArgumentError; a
+// closed client limiter.ErrClosed. Nothing is sent to Redis until a
+// request comes.
+//
+// A request waits for its permit up to MaxWait (or not at all when
+// MaxWait is negative). If none frees in time, it is answered
+// BusyStatus (429 by default) with a Retry-After header: the seconds
+// until the earliest lease of the semaphore expires (limiter.BusyError's
+// RetryIn, rounded up, at least 1), and the handler does not run. A
+// request whose own context ends while it waits (the client went away),
+// a Redis failure and a closed client are answered 503 Service
+// Unavailable without Retry-After (the latter two logged); the permit
+// is never granted without Redis saying so.
+//
+// The handler runs under the lease (limiter.Lease.Run), and
+// limiter.LeaseFrom(r.Context()) gives it the lease, e.g. for its
+// fencing token. The lease is kept alive while the handler runs. If it
+// is lost, the request's context is cancelled with cause
+// limiter.ErrLeaseLost (the limiter logs the loss); what the handler
+// wrote stays written. When the handler returns or panics, the permits
+// are released, detached from the request's context and bounded by the
+// limiter's ReleaseTimeout; a panic goes on after the release, to
+// net/http or an outer recovering middleware. A failed release is logged
+// and the permits come back at the lease's TTL.
+//
+// Close client only after the http.Server has shut down: its Close ends
+// the waits in progress (answered 503) and releases the leases of
+// handlers still running, cancelling their contexts with cause
+// limiter.ErrNotHeld.
+func Middleware(client *limiter.Client, cfg ServerConfig) (func(http.Handler) http.Handler, error) {
+	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.MaxWait, cfg.LimiterOptions, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	busy := cfg.BusyStatus
+	if busy == 0 {
+		busy = http.StatusTooManyRequests
+	}
+	if busy < 400 || busy > 599 {
+		return nil, &ConfigError{Field: "BusyStatus", Value: cfg.BusyStatus, Reason: "must be a 4xx or 5xx status"}
+	}
+	m := &middleware{common: c, key: cfg.Key, weight: cfg.Weight, busy: busy}
+	return m.wrap, nil
+}
+
+type middleware struct {
+	common
+	key    func(*http.Request) (string, bool)
+	weight func(*http.Request) int64
+	busy   int
+}
+
+func (m *middleware) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := m.name
+		if m.key != nil {
+			key, ok := m.key(r)
+			if !ok {
+				next.ServeHTTP(w, r)
+				return
+			}
+			name += ":" + key
+		}
+		weight := int64(1)
+		if m.weight != nil {
+			if weight = m.weight(r); weight < 1 || weight > m.limit {
+				m.logger.Error("httplimit: Weight returned a weight outside [1, Limit]", "semaphore", name,
+					"weight", weight, "limit", m.limit, "method", r.Method, "path", r.URL.Path)
+				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+				return
+			}
+		}
+		sem, err := m.sems.get(name)
+		if err != nil {
+			m.unavailable(w, r, name, err)
+			return
+		}
+		lease, err := m.acquire(r.Context(), sem, limiter.Weight(weight))
+		if err != nil {
+			var busy *limiter.BusyError
+			if errors.As(err, &busy) {
+				w.Header().Set("Retry-After", retryAfter(busy.RetryIn))
+				http.Error(w, http.StatusText(m.busy), m.busy)
+				return
+			}
+			m.unavailable(w, r, name, err)
+			return
+		}
+		m.run(w, r, next, lease, name)
+	})
+}
+
+// run serves the request under the lease: Lease.Run cancels the context
+// on loss and releases when the handler returns or panics (the panic
+// goes on after the release).
+func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *limiter.Lease, name string) {
+	err := lease.Run(r.Context(), func(ctx context.Context) error {
+		next.ServeHTTP(w, r.WithContext(ctx))
+		return nil
+	})
+	var rerr *limiter.ReleaseError
+	if errors.As(err, &rerr) {
+		// Not the client's problem: the permits come back at the TTL.
+		m.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(), "err", rerr)
+	}
+}
+
+// unavailable answers a request that could not be given a permit for
+// another reason than a full semaphore.
+func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, name string, err error) {
+	if r.Context().Err() != nil {
+		m.logger.Debug("httplimit: request ended while waiting for a permit", "semaphore", name, "err", err)
+	} else {
+		m.logger.Warn("httplimit: no permit", "semaphore", name, "err", err)
+	}
+	http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+}
+
+// acquire waits up to MaxWait (set as the semaphore's AcquireTimeout), or
+// not at all when MaxWait is negative.
+func (c *common) acquire(ctx context.Context, sem *limiter.Semaphore, opts ...limiter.AcquireOption) (*limiter.Lease, error) {
+	if c.maxWait < 0 {
+		return sem.TryAcquire(ctx, opts...)
+	}
+	return sem.Acquire(ctx, opts...)
+}
+
+// retryAfter is d in whole seconds, rounded up, at least 1: Retry-After
+// has no finer unit, and 0 would invite an immediate retry storm.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64(math.Ceil(d.Seconds()))), 10)
+}

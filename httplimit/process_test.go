@@ -1,0 +1,149 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/httplimit"
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// The cross-process test re-runs this test binary as clients: TestMain
+// turns into one when HTTPLIMIT_CHILD is set. The runnable Examples find
+// their server in REDIS_ADDR.
+func TestMain(m *testing.M) {
+	if os.Getenv("HTTPLIMIT_CHILD") != "" {
+		os.Exit(runChild())
+	}
+	addr, stop, err := redistest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", addr)
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+const childWorkers, childRounds = 8, 12
+
+// runChild sends childWorkers × childRounds requests through a Transport
+// of its own limiter Client, reading every body to the end.
+func runChild() int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("HTTPLIMIT_REDIS")})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer lc.Close(context.Background())
+	limit, _ := strconv.ParseInt(os.Getenv("HTTPLIMIT_LIMIT"), 10, 64)
+	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "procs", Limit: limit, MaxWait: time.Minute})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	hc := &http.Client{Transport: rt}
+	defer hc.CloseIdleConnections()
+	url := os.Getenv("HTTPLIMIT_URL")
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range childWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range childRounds {
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header.Set("X-Proc", os.Getenv("HTTPLIMIT_CHILD"))
+				resp, err := hc.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+				if err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		fmt.Println("error", *err)
+		return 1
+	}
+	return 0
+}
+
+// Two processes, each with its own limiter Client and Transport, send
+// requests to one upstream; the upstream's own count of requests in at
+// once never exceeds the limit. A per-process cap would let up to twice
+// the limit in.
+func TestTransportCapAcrossProcesses(t *testing.T) {
+	const limit, procs = 3, 2
+	srv := redistest.StartServer(t)
+	var (
+		c       concurrency
+		perProc [procs + 1]atomic.Int64
+		overlap atomic.Bool // both processes had requests in at once
+	)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		p, _ := strconv.Atoi(r.Header.Get("X-Proc"))
+		c.enter()
+		perProc[p].Add(1)
+		if perProc[3-p].Load() > 0 {
+			overlap.Store(true)
+		}
+		defer func() { perProc[p].Add(-1); c.leave() }()
+		io.WriteString(w, "streamed ")
+		w.(http.Flusher).Flush()
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(w, "body")
+	})
+	var wg sync.WaitGroup
+	outs := make([][]byte, procs)
+	errs := make([]error, procs)
+	for i := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "HTTPLIMIT_CHILD="+strconv.Itoa(i+1), "HTTPLIMIT_REDIS="+srv.Addr(),
+			"HTTPLIMIT_URL="+up.URL, "HTTPLIMIT_LIMIT="+strconv.Itoa(limit))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = cmd.CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i := range procs {
+		if errs[i] != nil {
+			t.Fatalf("process %d: %v\n%s", i+1, errs[i], outs[i])
+		}
+	}
+	if n, want := c.total.Load(), int64(procs*childWorkers*childRounds); n != want {
+		t.Fatalf("the upstream served %d requests, want %d", n, want)
+	}
+	if p := c.peak.Load(); p > limit || p < 2 {
+		t.Fatalf("peak of %d requests at once from %d processes with a limit of %d (2..%d expected)", p, procs, limit, limit)
+	}
+	if !overlap.Load() {
+		t.Fatal("the processes' requests never overlapped: the test proves nothing")
+	}
+	t.Logf("%d requests from %d processes, peak %d of %d", c.total.Load(), procs, c.peak.Load(), limit)
+}
