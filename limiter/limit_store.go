@@ -68,3 +68,21 @@ func nameOfStateKey(key string) (string, bool) {
 	}
 	return tagUnescaper.Replace(key[open+1 : len(key)-len(stateSuffix)]), true
 }
+
+func (s *redisStore) waiters(ctx context.Context, k keyspace, max int) ([]Waiter, error) {
+	v, err := waitersScript.Run(ctx, s.rdb, k.keys, max).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v)%3 != 0 {
+		return nil, errors.New("unexpected waiters reply")
+	}
+	ws := make([]Waiter, 0, len(v)/3)
+	for i := 0; i < len(v); i += 3 {
+		id, _ := v[i].(string)
+		w, _ := v[i+1].(int64)
+		left, _ := v[i+2].(int64)
+		ws = append(ws, Waiter{ID: id, Weight: w, TTL: time.Duration(left) * time.Millisecond})
+	}
+	return ws, nil
+}

@@ -643,3 +643,17 @@ func (q *quorumStore) names(ctx context.Context, pattern string) ([]string, erro
 	}
 	return out, nil
 }
+
+// waiters lists the first node's queue that answers: a quorum's queues
+// only say whom to wake, and need not agree on order.
+func (q *quorumStore) waiters(ctx context.Context, k keyspace, max int) ([]Waiter, error) {
+	var errs []error
+	for _, n := range q.nodes {
+		ws, err := n.waiters(ctx, k, max)
+		if err == nil {
+			return ws, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}

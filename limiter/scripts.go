@@ -29,6 +29,8 @@ var (
 	setTokenLua string
 	//go:embed setlimit.lua
 	setLimitLua string
+	//go:embed waiters.lua
+	waitersLua string
 
 	acquireScript  = redis.NewScript(commonLua + acquireLua)
 	refreshScript  = redis.NewScript(commonLua + refreshLua)
@@ -38,4 +40,5 @@ var (
 	holdersScript  = redis.NewScript(commonLua + holdersLua)
 	setTokenScript = redis.NewScript(commonLua + setTokenLua)
 	setLimitScript = redis.NewScript(commonLua + setLimitLua)
+	waitersScript  = redis.NewScript(commonLua + waitersLua)
 )

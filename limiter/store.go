@@ -25,6 +25,8 @@ type store interface {
 	// leave takes a waiter out of the queue and passes its turn on.
 	leave(ctx context.Context, k keyspace, wait, own string) ([]string, error)
 	holders(ctx context.Context, k keyspace) ([]Holder, error)
+	// waiters lists the live queued waiters in order, at most max.
+	waiters(ctx context.Context, k keyspace, max int) ([]Waiter, error)
 	// setLimit stores (n > 0) or clears (n == 0) the fleet-wide limit and
 	// returns the own waiters it woke; fleetLimit reads it (0: none).
 	setLimit(ctx context.Context, k keyspace, n int64, own string, ttl time.Duration) ([]string, error)

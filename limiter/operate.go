@@ -1,9 +1,13 @@
 package limiter
 
+// What operators read and set: the fleet-wide limit, the names in use and
+// the queue (cmd/redsem is built on these).
+
 import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // SetLimit stores in Redis a limit that every process's Semaphore of this
@@ -70,4 +74,30 @@ func (c *Client) Names(ctx context.Context, match string) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// Waiter describes one request waiting in a semaphore's queue, as Redis
+// sees it.
+type Waiter struct {
+	ID     string        // the wait id (not the lease id it asks for)
+	Weight int64         // permits it asks for
+	TTL    time.Duration // until its entry expires unless its Client keeps it alive
+}
+
+// maxWaitersListed bounds what Waiters reads in one call.
+const maxWaitersListed = 1000
+
+// Waiters lists the requests waiting for this semaphore, in the order
+// they will be served (the first 1000; on a Redlock Client, one node's
+// queue, which only says whom to wake). Read-only, for operators. A
+// Redis failure is returned wrapped.
+func (s *Semaphore) Waiters(ctx context.Context) ([]Waiter, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
+	ws, err := s.c.st.waiters(ctx, s.keys, maxWaitersListed)
+	if err != nil {
+		return nil, redisError("waiters", s.name, err)
+	}
+	return ws, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -148,5 +149,45 @@ func TestNames(t *testing.T) {
 		if err != nil || !slices.Equal(api, want[:2]) {
 			t.Fatalf("Names(api-*): %v %v", api, err)
 		}
+	})
+}
+
+// Waiters lists the queue in the order it is served.
+func TestWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 10*time.Second)
+		name := uniqueName(b, "waiters")
+		sem, _ := newSemaphore(t, b.client(t), name, 3)
+		held, err := sem.TryAcquire(ctx, limiter.Weight(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []int64{2, 1, 3} {
+			go func() {
+				if l, err := sem.Acquire(ctx, limiter.Weight(w)); err == nil {
+					_ = l.Release(ctx)
+				}
+			}()
+			time.Sleep(100 * time.Millisecond) // in this order
+		}
+		ws, err := sem.Waiters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var weights []int64
+		for _, w := range ws {
+			weights = append(weights, w.Weight)
+			if w.TTL <= 0 || w.ID == "" {
+				t.Fatalf("waiter %+v", w)
+			}
+		}
+		if !slices.Equal(weights, []int64{2, 1, 3}) {
+			t.Fatalf("queue weights %v, want [2 1 3]", weights)
+		}
+		_ = held.Release(ctx)
+		redistest.Eventually(t, 5*time.Second, "the queue drained", func() bool {
+			ws, err := sem.Waiters(ctx)
+			return err == nil && len(ws) == 0
+		})
 	})
 }
