@@ -65,6 +65,10 @@ func runChild() int {
 	defer rdb.Close()
 	name := os.Getenv("REDSEM_NAME")
 	limit, _ := strconv.ParseInt(os.Getenv("REDSEM_LIMIT"), 10, 64)
+	bound := limit // what the observer holds the fleet to
+	if fleet, _ := strconv.ParseInt(os.Getenv("REDSEM_FLEET"), 10, 64); fleet > 0 {
+		bound = fleet
+	}
 	maxWeight, _ := strconv.ParseInt(os.Getenv("REDSEM_MAX_WEIGHT"), 10, 64)
 	rounds, _ := strconv.Atoi(os.Getenv("REDSEM_ROUNDS"))
 	obs, violations := "obs:{"+name+"}", "violations:{"+name+"}"
@@ -109,7 +113,7 @@ func runChild() int {
 					if err != nil {
 						return err
 					}
-					if now > limit {
+					if now > bound {
 						rdb.Incr(ctx, violations)
 					}
 					mu.Lock()
@@ -139,17 +143,28 @@ func runChild() int {
 
 func TestLimitHoldsAcrossProcesses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "") })
-		t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "") })
+		t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "", 0) })
+		t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "", 0) })
 		// Every worker of every process asks with one lease id: they must
 		// take turns, never share the lease.
-		t.Run("oneIDlimit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "task-1") })
+		t.Run("oneIDlimit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "task-1", 0) })
+		// Every process is made with a limit of 5; the stored fleet limit
+		// of 2 binds them all.
+		t.Run("fleet2own5", func(t *testing.T) { runProcesses(t, b, 5, 1, "", 2) })
 	})
 }
 
-func runProcesses(t *testing.T, b backend, limit, maxWeight int64, id string) {
+func runProcesses(t *testing.T, b backend, own, maxWeight int64, id string, fleet int64) {
 	const procs, rounds = 3, 40
 	name := uniqueName(b, "procs")
+	limit := own
+	if fleet > 0 {
+		limit = fleet
+		sem, _ := newSemaphore(t, b.client(t), name, own)
+		if err := sem.SetLimit(ctxT(t, 5*time.Second), fleet); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	outs := make([]string, procs)
 	errs := make([]error, procs)
@@ -157,7 +172,7 @@ func runProcesses(t *testing.T, b backend, limit, maxWeight int64, id string) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), b.env...)
 		cmd.Env = append(cmd.Env, "REDSEM_CHILD=1", "REDSEM_NAME="+name,
-			fmt.Sprintf("REDSEM_LIMIT=%d", limit), fmt.Sprintf("REDSEM_MAX_WEIGHT=%d", maxWeight),
+			fmt.Sprintf("REDSEM_LIMIT=%d", own), fmt.Sprintf("REDSEM_FLEET=%d", fleet), fmt.Sprintf("REDSEM_MAX_WEIGHT=%d", maxWeight),
 			fmt.Sprintf("REDSEM_ROUNDS=%d", rounds), "REDSEM_ID="+id)
 		wg.Add(1)
 		go func() {

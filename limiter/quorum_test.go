@@ -64,9 +64,9 @@ func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
 				client: func(t testing.TB) redis.UniversalClient { return q.servers[0].Client(t) },
 				env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(q.addrs(), ","), "REDSEM_TEST_REDLOCK=1"},
 			}
-			t.Run("limit2", func(t *testing.T) { runProcesses(t, b, 2, 1, "") })
-			t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "") })
-			t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "") })
+			t.Run("limit2", func(t *testing.T) { runProcesses(t, b, 2, 1, "", 0) })
+			t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "", 0) })
+			t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "", 0) })
 		})
 	}
 }
