@@ -113,13 +113,16 @@ if wait ~= '' then
     local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
     redis.call('ZADD', KEYS[3], seq, wait)
     -- The queue key may be new: give it the keys' expiry.
+    local rec = fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own
     local at = next_keyexp(wexp, ttl, keyexp)
-    if not at and keyexp < math.huge then at = fmt(keyexp) end
     if at then
-      redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own, 'keyexp', at)
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
       expire_keys(at)
     else
-      redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)
+      redis.call('HSET', KEYS[2], '?' .. wait, rec)
+      -- The queue key is new whenever the queue had emptied: give it the
+      -- expiry the other keys have (none while a fleet limit is set).
+      if keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
     end
   else
     redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)

@@ -126,3 +126,26 @@ func TestLeaverPassesItsTurnOn(t *testing.T) {
 		}
 	})
 }
+
+// The queue key, made anew whenever the queue had emptied, expires like
+// the others: a queue left behind by crashed waiters must not live forever.
+func TestQueueKeyExpires(t *testing.T) {
+	b := singleBackend(t)
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	mu, _ := newMutex(t, rdb, "qkey", limiter.TTL(10*time.Second))
+	held, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = mu.Acquire(wctx) }()
+	redistest.Eventually(t, 5*time.Second, "the waiter queued", func() bool {
+		return rdb.Exists(ctx, "redsem:{qkey}:queue").Val() == 1
+	})
+	if ttl := rdb.PTTL(ctx, "redsem:{qkey}:queue").Val(); ttl <= 0 {
+		t.Fatalf("queue key PTTL %v: it would live forever", ttl)
+	}
+	_ = held.Release(ctx)
+}
