@@ -42,6 +42,7 @@ type Client struct {
 
 	refresher *refresher
 	hub       *hub
+	eviction  evictionCheck
 
 	mu     sync.Mutex // guards closed, leases and the refresher's state
 	closed bool

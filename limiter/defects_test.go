@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -353,4 +355,40 @@ func TestReclaimNeverReturnsAnEndedLeasesToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A Redis that may evict the keys is found before the first grant: with
+// FailOnEviction acquisitions are refused, without it an error is logged
+// once; a noeviction Redis passes silently.
+func TestEvictingRedisIsNoticed(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	evicting := redistest.StartServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru").Client(t)
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
+
+	refuse, _ := redistest.Limiter(t, evicting, limiter.FailOnEviction()).Mutex("evict")
+	if _, err := refuse.TryAcquire(ctx); !errors.Is(err, limiter.ErrEvictingRedis) {
+		t.Fatalf("FailOnEviction on volatile-lru: %v, want ErrEvictingRedis", err)
+	}
+	warn, _ := redistest.Limiter(t, evicting, limiter.Logger(logger)).Mutex("evict")
+	for range 2 {
+		l, err := warn.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+	}
+	if n := strings.Count(logs.String(), "may evict"); n != 1 {
+		t.Fatalf("%d eviction warnings, want 1:\n%s", n, logs.String())
+	}
+
+	logs.Reset()
+	safe, _ := redistest.Limiter(t, redistest.StartServer(t, "--maxmemory", "100mb").Client(t),
+		limiter.FailOnEviction(), limiter.Logger(logger)).Mutex("evict")
+	if _, err := safe.TryAcquire(ctx); err != nil {
+		t.Fatalf("noeviction: %v", err)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("logged on a noeviction Redis: %s", logs.String())
+	}
 }

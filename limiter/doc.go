@@ -53,6 +53,15 @@
 // lose recently written leases; where that matters, use a quorum of
 // independent nodes.
 //
+// The guarantees need Redis to keep the keys: with a maxmemory and an
+// evicting maxmemory-policy (volatile-* evicts them too, since they carry
+// a TTL) an evicted key forgets its holders and others are granted their
+// permits. The Client checks the policy (INFO memory, every node) before
+// its first acquisition and logs an error, or, with FailOnEviction,
+// refuses to grant. Use maxmemory-policy noeviction. A Redis restarted
+// without persistence also forgets every lease: holders learn of it at
+// their next refresh, while others may already be granted meanwhile.
+//
 // go-redis applies a context's deadline to the socket only with
 // ContextTimeoutEnabled; without it a call to an unresponsive Redis waits
 // for ReadTimeout. Background refreshes, releases and quorum calls are

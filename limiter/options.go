@@ -24,6 +24,7 @@ type config struct {
 	nodeTimeout    time.Duration
 	releaseTimeout time.Duration
 	maxHold        time.Duration
+	failOnEviction bool
 }
 
 // Defaults of the TTL, AcquireTimeout and Prefix options.

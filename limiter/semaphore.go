@@ -124,6 +124,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 // the semaphore was full (or it was not this request's turn).
 func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acquireReply, error) {
 	var rep acquireReply
+	if err := s.c.checkEviction(ctx); err != nil {
+		return nil, rep, err
+	}
 	var err error
 	if r.idGiven {
 		var done func(error, string)

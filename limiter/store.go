@@ -31,6 +31,9 @@ type store interface {
 	// returns the own waiters it woke; fleetLimit reads it (0: none).
 	setLimit(ctx context.Context, k keyspace, n int64, own string, ttl time.Duration) ([]string, error)
 	fleetLimit(ctx context.Context, k keyspace) (int64, error)
+	// evicting describes the nodes whose maxmemory policy may evict keys
+	// ("" for none).
+	evicting(ctx context.Context) (string, error)
 	// names lists the semaphores whose state key matches the pattern.
 	names(ctx context.Context, pattern string) ([]string, error)
 	// listen receives the messages of channel until ctx ends, reconnecting

@@ -1,0 +1,127 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrEvictingRedis is returned, with FailOnEviction, by acquisitions on a
+// Redis whose maxmemory policy may evict the semaphores' keys: an evicted
+// key forgets its holders, and others are then granted their permits.
+var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (maxmemory with an evicting maxmemory-policy)")
+
+// FailOnEviction makes the Client refuse every acquisition with
+// ErrEvictingRedis when Redis (any node of it) has a maxmemory and a
+// maxmemory-policy other than noeviction. Without it the Client logs the
+// danger once, at Error level, and goes on. The check is one INFO memory
+// per node, before the Client's first acquisition; it is repeated if it
+// fails (a Redis that refuses INFO, e.g. by ACL, is taken as safe and
+// logged at Debug). A Client option: on a Semaphore it has no effect.
+func FailOnEviction() Option { return func(c *config) { c.failOnEviction = true } }
+
+// evictionCheck remembers, per Client, what the maxmemory check found.
+type evictionCheck struct {
+	done atomic.Bool
+	mu   sync.Mutex
+	err  error // ErrEvictingRedis (wrapped) when refusing
+}
+
+// checkEviction runs the check once per Client (again after a failure to
+// get an answer) and returns ErrEvictingRedis, wrapped, when the Client
+// refuses to grant.
+func (c *Client) checkEviction(ctx context.Context) error {
+	e := &c.eviction
+	if e.done.Load() {
+		return e.err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done.Load() {
+		return e.err
+	}
+	found, err := c.st.evicting(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // the attempt reports its own ctx; check again next time
+		}
+		c.cfg.logger.Debug("redsem: cannot read the maxmemory policy; assuming no eviction", "err", err)
+	} else if found != "" {
+		if c.cfg.failOnEviction {
+			e.err = fmt.Errorf("%w: %s", ErrEvictingRedis, found)
+		} else {
+			c.cfg.logger.Error("redsem: Redis may evict the semaphore keys, and with them the holders: more than the limit could then hold permits; set maxmemory-policy noeviction (or use FailOnEviction)", "found", found)
+		}
+	}
+	e.done.Store(true)
+	return e.err
+}
+
+// evicting returns a description of the nodes that may evict keys ("" for
+// none).
+func (s *redisStore) evicting(ctx context.Context) (string, error) {
+	var mu sync.Mutex
+	var found []string
+	check := func(ctx context.Context, c redis.UniversalClient) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		if what := evictionIn(info); what != "" {
+			mu.Lock()
+			found = append(found, what)
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	} else {
+		err = check(ctx, s.rdb)
+	}
+	return strings.Join(found, "; "), err
+}
+
+// evictionIn reads INFO memory: keys can be evicted only with a maxmemory
+// set and a policy other than noeviction.
+func evictionIn(info string) string {
+	var maxmemory int64
+	policy := ""
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxmemory":
+			maxmemory, _ = strconv.ParseInt(v, 10, 64)
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	if maxmemory == 0 || policy == "" || policy == "noeviction" {
+		return ""
+	}
+	return fmt.Sprintf("maxmemory %d, maxmemory-policy %s", maxmemory, policy)
+}
+
+// evicting checks every node.
+func (q *quorumStore) evicting(ctx context.Context) (string, error) {
+	var found []string
+	var errs []error
+	for _, n := range q.nodes {
+		what, err := n.evicting(ctx)
+		errs = append(errs, err)
+		if what != "" {
+			found = append(found, what)
+		}
+	}
+	return strings.Join(found, "; "), errors.Join(errs...)
+}
