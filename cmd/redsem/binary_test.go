@@ -1,18 +1,22 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,6 +107,9 @@ func TestBinary(t *testing.T) {
 	bin := buildBinary(t)
 	f := newFixture(t)
 	f.hold(t, f.sem(t, "jobs", 5), "a", 2)
+	full := f.sem(t, "full", 1, limiter.AcquireTimeout(0))
+	f.hold(t, full, "f", 1)
+	ws := f.queue(t, full, 1) // a real waiter
 	addr := f.srv.Addr()
 
 	cases := []struct {
@@ -118,11 +125,19 @@ func TestBinary(t *testing.T) {
 		{"unknown command", nil, []string{"frob"}, 2, "", `unknown command "frob"`},
 		{"bad flag", nil, []string{"-frob", "ls"}, 2, "", "-frob"},
 		{"missing name", nil, []string{"-addr", addr, "show"}, 2, "", "usage: redsem show NAME"},
-		{"bad N", nil, []string{"-addr", addr, "set-limit", "jobs", "many"}, 2, "", "N must be a whole number"},
-		{"N too big", nil, []string{"-addr", addr, "-prefix", testPrefix, "set-limit", "jobs", "9999999999999"}, 2, "", "invalid n"},
+		{"bad N", nil, []string{"-addr", addr, "limit", "jobs", "many"}, 2, "", "N must be a whole number"},
+		{"N too big", nil, []string{"-addr", addr, "-prefix", testPrefix, "limit", "jobs", "9999999999999"}, 2, "", "invalid n"},
+		{"limit, too many arguments", nil, []string{"-addr", addr, "limit", "jobs", "1", "2"}, 2, "", "usage: redsem limit NAME [N]"},
+		{"set-limit is gone", nil, []string{"-addr", addr, "set-limit", "jobs", "1"}, 2, "", `unknown command "set-limit"`},
+		{"bad interval", nil, []string{"-addr", addr, "-interval", "0s", "watch", "jobs"}, 2, "", "-interval must be > 0"},
 		{"addr and cluster", nil, []string{"-addr", addr, "-cluster", addr, "ls"}, 2, "", "exclude each other"},
 		{"bad REDIS_URL", []string{"REDIS_URL=ftp://x"}, []string{"ls"}, 2, "", "REDIS_URL"},
-		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  -      2       1", ""},
+		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  -      2       1        0\n", ""},
+		{"ls waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "full  -      1       1        1\n", ""},
+		{"show waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "waiters:  1\n", ""},
+		{"show the queue", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "QUEUE  WAIT ID", ""},
+		{"show -json waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full", "-json"}, 0, `"id": "` + ws[0].ID + `"`, ""},
+		{"limit, none set", nil, []string{"-addr", addr, "-prefix", testPrefix, "limit", "jobs"}, 0, "jobs: limit - (no fleet limit", ""},
 		{"ls -json after the command", nil, []string{"ls", "-json", "-addr", addr, "-prefix", testPrefix}, 0, `"in_use": 2`, ""},
 		{"default prefix sees nothing", nil, []string{"-addr", addr, "ls"}, 0, "no semaphores", ""},
 		{"REDIS_URL", []string{"REDIS_URL=redis://" + addr + "/0"}, []string{"-prefix", testPrefix, "ls"}, 0, "jobs", ""},
@@ -147,14 +162,129 @@ func TestBinary(t *testing.T) {
 		})
 	}
 
-	// The JSON is valid, and set-limit reaches the application's semaphore.
-	r := runBinary(t, bin, nil, "-addr", addr, "-prefix", testPrefix, "-json", "set-limit", "jobs", "1")
+	// limit sets the limit the application's semaphore obeys, and reads it
+	// back, in text and JSON; 0 clears it.
+	base := []string{"-addr", addr, "-prefix", testPrefix}
+	limit := func(args ...string) result {
+		t.Helper()
+		r := runBinary(t, bin, nil, append(append(base, "limit"), args...)...)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("limit %q: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+		return r
+	}
 	var sl setLimitResult
-	if err := json.Unmarshal([]byte(r.stdout), &sl); r.code != 0 || err != nil || sl.FleetLimit == nil || *sl.FleetLimit != 1 {
-		t.Fatalf("set-limit -json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	r := limit("-json", "jobs", "1")
+	if err := json.Unmarshal([]byte(r.stdout), &sl); err != nil || sl.FleetLimit == nil || *sl.FleetLimit != 1 || !sl.Fleet || sl.Previous != nil {
+		t.Fatalf("limit -json jobs 1: %v\n%s", err, r.stdout)
 	}
 	if n, fleet, err := f.sem(t, "jobs", 5).EffectiveLimit(f.ctx()); n != 1 || !fleet || err != nil {
-		t.Errorf("after the binary's set-limit 1: EffectiveLimit %d, %v, %v", n, fleet, err)
+		t.Errorf("after the binary's limit jobs 1: EffectiveLimit %d, %v, %v", n, fleet, err)
+	}
+	if r = limit("jobs"); r.stdout != "jobs: limit 1 (fleet)\n" {
+		t.Errorf("limit jobs after setting 1:\n%s", r.stdout)
+	}
+	var info limitInfo
+	r = limit("jobs", "-json")
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.FleetLimit == nil || *info.FleetLimit != 1 || !info.Fleet {
+		t.Errorf("limit jobs -json: %v\n%s", err, r.stdout)
+	}
+	if r = limit("jobs", "0"); !strings.Contains(r.stdout, "jobs: fleet limit cleared (was 1)") {
+		t.Errorf("limit jobs 0:\n%s", r.stdout)
+	}
+	if n, fleet, err := f.sem(t, "jobs", 5).EffectiveLimit(f.ctx()); n != 5 || fleet || err != nil {
+		t.Errorf("after the binary's limit jobs 0: EffectiveLimit %d, %v, %v", n, fleet, err)
+	}
+	r = limit("-json", "jobs")
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.FleetLimit != nil || info.Fleet {
+		t.Errorf("limit -json jobs after clearing: %v\n%s", err, r.stdout)
+	}
+}
+
+// TestBinaryWatch runs watch with its output piped, text and JSON, while
+// a lease is released: each prints the state, then the change one poll of
+// -interval later; SIGINT (text) and SIGTERM (JSON) end them with exit
+// status 0 and nothing on standard error.
+func TestBinaryWatch(t *testing.T) {
+	bin := buildBinary(t)
+	f := newFixture(t)
+	a := f.hold(t, f.sem(t, "jobs", 5), "a", 2)
+	type watcher struct {
+		sig         os.Signal
+		json        bool
+		first, next string // in the first line, and in the one after the release
+		cmd         *exec.Cmd
+		out         *bufio.Reader
+		stderr      bytes.Buffer
+	}
+	ws := []*watcher{
+		{sig: os.Interrupt, first: " jobs limit=- in_use=2 holders=1 [a:2] waiters=0 []", next: " jobs limit=- in_use=0 holders=0 [] waiters=0 []"},
+		{sig: syscall.SIGTERM, json: true, first: `"holders":[{"id":"a","weight":2,"token":` + strconv.FormatInt(a.Token(), 10),
+			next: `"in_use":0,"holders":[],"waiters":[]}`},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, w := range ws {
+		args := []string{"-addr", f.srv.Addr(), "-prefix", testPrefix, "watch", "jobs", "-interval", "50ms"}
+		if w.json {
+			args = append(args, "-json")
+		}
+		w.cmd = exec.CommandContext(ctx, bin, args...)
+		w.cmd.Stderr = &w.stderr
+		stdout, err := w.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.out = bufio.NewReader(stdout)
+		if err := w.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = w.cmd.Process.Kill(); _ = w.cmd.Wait() }() // on a failure
+	}
+	// stamp reads a line and when watch read Redis for it.
+	stamp := func(w *watcher, want string) time.Time {
+		t.Helper()
+		line, err := w.out.ReadString('\n')
+		if err != nil || !strings.Contains(line, want) {
+			t.Fatalf("watch (json %v): line %q (%v), want it to contain %q", w.json, line, err, want)
+		}
+		var at time.Time
+		if w.json {
+			var e watchEvent
+			err = json.Unmarshal([]byte(line), &e)
+			at = e.Time
+		} else {
+			at, err = time.Parse(timeLayout, strings.Fields(line)[0])
+		}
+		if err != nil {
+			t.Fatalf("watch (json %v): line %q: %v", w.json, line, err)
+		}
+		return at
+	}
+	firsts := make([]time.Time, len(ws))
+	for i, w := range ws {
+		firsts[i] = stamp(w, w.first)
+	}
+	if err := a.Release(f.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range ws {
+		// A poll every 50ms, not the default 500ms: the release is seen
+		// by the second poll or so.
+		if d := stamp(w, w.next).Sub(firsts[i]); d > 400*time.Millisecond {
+			t.Errorf("watch (json %v) -interval 50ms saw the release %v after its first poll", w.json, d)
+		}
+		if err := w.cmd.Process.Signal(w.sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range ws {
+		rest, _ := io.ReadAll(w.out)
+		err := w.cmd.Wait()
+		if err != nil || ctx.Err() != nil || w.stderr.Len() > 0 || len(rest) > 0 {
+			t.Errorf("watch (json %v) after %v: %v (ctx %v), more output %q, stderr %q; want exit 0 and nothing more",
+				w.json, w.sig, err, ctx.Err(), rest, w.stderr.String())
+		}
 	}
 }
 

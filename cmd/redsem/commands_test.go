@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -49,15 +50,30 @@ func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
 	return a, b, x
 }
 
+// queued fills "queued" (limit 3) with lease q (3 permits) and queues
+// three real waiting Acquires of 2, 1 and 3 permits, in this order.
+func queued(t *testing.T, f *fixture) (*limiter.Lease, []limiter.Waiter) {
+	t.Helper()
+	s := f.sem(t, "queued", 3, limiter.AcquireTimeout(0))
+	q := f.hold(t, s, "q", 3)
+	ws := f.queue(t, s, 2, 1, 3)
+	if len(ws) != 3 || ws[0].Weight != 2 || ws[1].Weight != 1 || ws[2].Weight != 3 {
+		t.Fatalf("the limiter's queue: %+v, want weights 2, 1, 3", ws)
+	}
+	return q, ws
+}
+
 func TestLs(t *testing.T) {
 	f := newFixture(t)
 	twoSemaphores(t, f)
+	queued(t, f)
 
 	out := f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", false) })
 	want := [][]string{
-		{"NAME", "LIMIT", "IN", "USE", "HOLDERS"},
-		{"api:github", "3", "1", "1"},
-		{"jobs", "-", "3", "2"},
+		{"NAME", "LIMIT", "IN", "USE", "HOLDERS", "WAITERS"},
+		{"api:github", "3", "1", "1", "0"},
+		{"jobs", "-", "3", "2", "0"},
+		{"queued", "-", "3", "1", "3"},
 	}
 	if got := lines(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("ls:\n%s\nwant rows %q", out, want)
@@ -69,14 +85,15 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls -json is not JSON: %v\n%s", err, out)
 	}
 	wantJSON := []lsEntry{
-		{Name: "api:github", FleetLimit: ptr(3), InUse: 1, Holders: 1},
-		{Name: "jobs", FleetLimit: nil, InUse: 3, Holders: 2},
+		{Name: "api:github", FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
+		{Name: "jobs", FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
+		{Name: "queued", FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
 	}
 	if !reflect.DeepEqual(entries, wantJSON) {
 		t.Errorf("ls -json:\n%s", out)
 	}
-	if !strings.Contains(out, `"fleet_limit": null`) {
-		t.Errorf("ls -json: no fleet limit must be null, not left out:\n%s", out)
+	if !strings.Contains(out, `"fleet_limit": null`) || !strings.Contains(out, `"waiters": 0`) {
+		t.Errorf("ls -json: no fleet limit must be null and no waiters 0, not left out:\n%s", out)
 	}
 
 	// A glob selects; no match is an empty list, in JSON too.
@@ -105,6 +122,7 @@ func TestShow(t *testing.T) {
 		{"limit:", "-", "(no", "fleet", "limit:", "each", "process", "uses", "its", "own)"},
 		{"in", "use:", "3"},
 		{"holders:", "2"},
+		{"waiters:", "0"},
 		{},
 		{"ID", "WEIGHT", "TOKEN", "TTL"},
 	}
@@ -135,24 +153,106 @@ func TestShow(t *testing.T) {
 		t.Errorf("show -json holder = %+v, want x, 1, token %d, a TTL", h, x.Token())
 	}
 
+	if len(st.Waiters) != 0 || !strings.Contains(out, `"waiters": []`) {
+		t.Errorf("show -json api:github: waiters must be [], not null or left out:\n%s", out)
+	}
+
 	// A name nobody uses shows empty, with holders [] rather than null.
 	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "unused", true) })
-	if !strings.Contains(out, `"holders": []`) || !strings.Contains(out, `"in_use": 0`) {
+	if !strings.Contains(out, `"holders": []`) || !strings.Contains(out, `"in_use": 0`) || !strings.Contains(out, `"waiters": []`) {
 		t.Errorf("show -json unused:\n%s", out)
 	}
 }
 
-func TestSetLimit(t *testing.T) {
+// show lists the wait queue after the holders, in the order it is served.
+func TestShowWaiters(t *testing.T) {
+	f := newFixture(t)
+	q, ws := queued(t, f)
+
+	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "queued", false) })
+	got := lines(out)
+	head := [][]string{
+		{"name:", "queued"},
+		{"limit:", "-", "(no", "fleet", "limit:", "each", "process", "uses", "its", "own)"},
+		{"in", "use:", "3"},
+		{"holders:", "1"},
+		{"waiters:", "3"},
+		{},
+		{"ID", "WEIGHT", "TOKEN", "TTL"},
+		{"q", "3", strconv.FormatInt(q.Token(), 10)},
+		{},
+		{"QUEUE", "WAIT", "ID", "WEIGHT", "TTL"},
+	}
+	if len(got) != len(head)+3 {
+		t.Fatalf("show queued:\n%s", out)
+	}
+	for i, want := range head {
+		g := got[i]
+		if len(want) == 3 && want[0] == "q" && len(g) == 4 { // the holder's row ends with its TTL
+			g = g[:3]
+		}
+		if !reflect.DeepEqual(g, want) {
+			t.Fatalf("show queued line %d = %q, want %q\n%s", i, got[i], want, out)
+		}
+	}
+	for i, w := range []int64{2, 1, 3} { // queue order
+		row := got[len(head)+i]
+		want := []string{strconv.Itoa(i + 1), ws[i].ID, strconv.FormatInt(w, 10)}
+		if len(row) != 4 || !reflect.DeepEqual(row[:3], want) {
+			t.Fatalf("show queued waiter row %d = %q, want %q then a TTL\n%s", i, row, want, out)
+		}
+		if ttl, err := time.ParseDuration(row[3]); err != nil || ttl <= 0 {
+			t.Errorf("show queued waiter row %d: TTL %q (%v)", i, row[3], err)
+		}
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "queued", true) })
+	var st semState
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("show -json is not JSON: %v\n%s", err, out)
+	}
+	if len(st.Waiters) != 3 || len(st.Holders) != 1 || st.InUse != 3 {
+		t.Fatalf("show -json queued:\n%s", out)
+	}
+	for i, w := range []int64{2, 1, 3} {
+		got := st.Waiters[i]
+		if got.ID != ws[i].ID || got.Weight != w || got.TTLms <= 0 {
+			t.Errorf("show -json waiter %d = %+v, want id %s, weight %d, a TTL", i, got, ws[i].ID, w)
+		}
+	}
+}
+
+func TestLimit(t *testing.T) {
 	f := newFixture(t)
 	twoSemaphores(t, f) // 3 of jobs' 5 permits in use
 	jobs := f.sem(t, "jobs", 5)
 
-	out := f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 2, false) })
+	read := func(name string, asJSON bool) string {
+		return f.run(t, func(w *bytes.Buffer) error { return readLimit(f.ctx(), w, f.cli, name, asJSON) })
+	}
+	if out := read("jobs", false); out != "jobs: limit - (no fleet limit: each process uses its own)\n" {
+		t.Errorf("limit jobs without a fleet limit:\n%s", out)
+	}
+	if out := read("api:github", false); out != "api:github: limit 3 (fleet)\n" {
+		t.Errorf("limit api:github:\n%s", out)
+	}
+	var info limitInfo
+	out := read("jobs", true)
+	if err := json.Unmarshal([]byte(out), &info); err != nil || !reflect.DeepEqual(info, limitInfo{Name: "jobs"}) ||
+		!strings.Contains(out, `"fleet_limit": null`) {
+		t.Errorf("limit -json jobs (%v):\n%s", err, out)
+	}
+
+	out = f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 2, false) })
 	if !strings.Contains(out, "jobs: fleet limit 2 (was -)") || !strings.Contains(out, "3 permits are in use") {
-		t.Errorf("set-limit jobs 2:\n%s", out)
+		t.Errorf("limit jobs 2:\n%s", out)
 	}
 	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 2 || !fleet {
-		t.Fatalf("after set-limit 2: EffectiveLimit = %d, %v, %v", n, fleet, err)
+		t.Fatalf("after limit 2: EffectiveLimit = %d, %v, %v", n, fleet, err)
+	}
+	out = read("jobs", true)
+	if err := json.Unmarshal([]byte(out), &info); err != nil || !reflect.DeepEqual(info, limitInfo{Name: "jobs", FleetLimit: ptr(2), Fleet: true}) {
+		t.Errorf("limit -json jobs after setting 2 (%v):\n%s", err, out)
 	}
 	// The application's semaphore (limit 5) obeys it, and nobody was evicted.
 	if _, err := jobs.TryAcquire(f.ctx()); !errors.Is(err, limiter.ErrBusy) {
@@ -165,23 +265,27 @@ func TestSetLimit(t *testing.T) {
 	out = f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 4, true) })
 	var r setLimitResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("set-limit -json: %v\n%s", err, out)
+		t.Fatalf("limit -json: %v\n%s", err, out)
 	}
-	if want := (setLimitResult{Name: "jobs", FleetLimit: ptr(4), Previous: ptr(2), InUse: 3}); !reflect.DeepEqual(r, want) {
-		t.Errorf("set-limit -json jobs 4:\n%s", out)
+	want := setLimitResult{limitInfo: limitInfo{Name: "jobs", FleetLimit: ptr(4), Fleet: true}, Previous: ptr(2), InUse: 3}
+	if !reflect.DeepEqual(r, want) {
+		t.Errorf("limit -json jobs 4:\n%s", out)
 	}
 
 	out = f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 0, false) })
 	if !strings.Contains(out, "fleet limit cleared (was 4)") {
-		t.Errorf("set-limit jobs 0:\n%s", out)
+		t.Errorf("limit jobs 0:\n%s", out)
 	}
 	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 5 || fleet {
-		t.Errorf("after set-limit 0: EffectiveLimit = %d, %v, %v; want the constructor's 5", n, fleet, err)
+		t.Errorf("after limit 0: EffectiveLimit = %d, %v, %v; want the constructor's 5", n, fleet, err)
+	}
+	if out := read("jobs", false); !strings.HasPrefix(out, "jobs: limit - ") {
+		t.Errorf("limit jobs after clearing:\n%s", out)
 	}
 
 	err := setLimit(f.ctx(), &bytes.Buffer{}, f.cli, "jobs", 1<<41, false)
 	if !errors.Is(err, limiter.ErrInvalidArgument) {
-		t.Errorf("set-limit above 2^40: %v, want an invalid argument (exit 2)", err)
+		t.Errorf("limit above 2^40: %v, want an invalid argument (exit 2)", err)
 	}
 }
 
@@ -257,5 +361,41 @@ func TestRelease(t *testing.T) {
 	}
 	if hs, err := jobs.Holders(f.ctx()); err != nil || len(hs) != 0 {
 		t.Errorf("holders after release b: %+v, %v", hs, err)
+	}
+}
+
+// grantingSem is a semaphore whose first waiter is granted right after
+// the first read of the queue: the race between the limiter's separate
+// reads of queue and holders, made certain.
+type grantingSem struct{ queueReads, holderReads int }
+
+func (g *grantingSem) EffectiveLimit(context.Context) (int64, bool, error) { return 1, false, nil }
+
+func (g *grantingSem) Waiters(context.Context) ([]limiter.Waiter, error) {
+	g.queueReads++
+	if g.queueReads == 1 { // before the grant
+		return []limiter.Waiter{{ID: "w", Weight: 1, TTL: time.Second}, {ID: "v", Weight: 1, TTL: time.Second}}, nil
+	}
+	return []limiter.Waiter{{ID: "v", Weight: 1, TTL: time.Second}}, nil
+}
+
+func (g *grantingSem) Holders(context.Context) ([]limiter.Holder, error) {
+	g.holderReads++
+	return []limiter.Holder{{ID: "w", Weight: 1, Token: 7, TTL: time.Second}}, nil
+}
+
+// A waiter granted while inspect reads shows as a holder only, not also
+// in the queue.
+func TestInspectGrantBetweenReads(t *testing.T) {
+	g := &grantingSem{}
+	st, err := inspectSem(context.Background(), "jobs", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Holders) != 1 || st.Holders[0].ID != "w" || len(st.Waiters) != 1 || st.Waiters[0].ID != "v" {
+		t.Errorf("inspect: holders %+v, waiters %+v; want holder w and waiter v only", st.Holders, st.Waiters)
+	}
+	if g.holderReads != 2 || g.queueReads != 3 {
+		t.Errorf("read the holders %d times and the queue %d times, want 2 and 3", g.holderReads, g.queueReads)
 	}
 }

@@ -1,15 +1,16 @@
 // Command redsem lets an operator look inside the semaphores of
 // github.com/redsem/redsem/limiter and steer them: list them, show who
-// holds one, set a limit the whole fleet obeys, and force-release a stuck
-// lease.
+// holds one and who waits for it, watch it live, read or set a limit the
+// whole fleet obeys, and force-release a stuck lease.
 //
 //	go install github.com/redsem/redsem/cmd/redsem@latest
 //
 // Usage:
 //
 //	redsem [flags] ls [PATTERN]        semaphores under the prefix; PATTERN is a glob (default *)
-//	redsem [flags] show NAME           a semaphore's limit and holders
-//	redsem [flags] set-limit NAME N    set the fleet-wide limit; N=0 clears it
+//	redsem [flags] show NAME           a semaphore's limit, holders and wait queue
+//	redsem [flags] watch NAME          show, live, until Ctrl-C
+//	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
 //	redsem [flags] release NAME ID     force-release the lease with id ID
 //
 // Flags may come before or after the command and its arguments; "--" ends
@@ -25,25 +26,45 @@
 //	-tls-ca FILE       PEM file of CA certificates to trust (implies -tls)
 //	-tls-insecure      do not verify the server's certificate (implies -tls)
 //	-prefix P          key prefix of the limiter Clients (default "redsem:")
-//	-timeout D         bound on the whole command (default 10s)
+//	-timeout D         bound on the whole command; for watch, on each poll (default 10s)
+//	-interval D        watch: time between polls (default 500ms)
 //
 // Without -addr or -cluster, REDIS_URL (redis://[user:pass@]host:port/db
 // or rediss://…, as redis.ParseURL reads it) says where Redis is. -user
 // and -password override what the URL says; REDIS_PASSWORD is used when
 // neither gives a password.
 //
-// The LIMIT that ls and show print is the fleet limit stored in Redis by
-// set-limit (Semaphore.SetLimit), which overrides every process's own
-// limit. When none is set they print "-": each process then checks
-// acquisitions against the limit its code passed to Client.Semaphore,
-// which is not stored in Redis, so redsem cannot know it. IN USE is the
-// sum of the holders' weights (permits). Holders are listed oldest grant
-// first, with their fencing token and the time left before they expire
-// unless refreshed.
+// The LIMIT that ls, show and limit print is the fleet limit stored in
+// Redis by limit NAME N (Semaphore.SetLimit), which overrides every
+// process's own limit. When none is set they print "-": each process then
+// checks acquisitions against the limit its code passed to
+// Client.Semaphore, which is not stored in Redis, so redsem cannot know
+// it. IN USE is the sum of the holders' weights (permits). Holders are
+// listed oldest grant first, with their fencing token and the time left
+// before they expire unless refreshed. WAITERS are the requests in the
+// wait queue, which show lists in the order they will be served, with
+// their wait id (not necessarily the lease id they will get), the
+// permits they ask for and the time before their entry expires unless
+// their Client keeps it alive. The limiter lists holders and queue in
+// separate reads; redsem reads the queue again after the holders, and the
+// holders again if it changed, so that a request granted meanwhile does
+// not show in both lists or in neither.
 //
-// set-limit never evicts holders: when the new limit is below the permits
-// in use, holders keep them and new grants wait until the permits in use
-// fit.
+// watch polls every -interval. On a terminal it redraws the view of show
+// in place at every poll; when its output is not a terminal it prints a
+// line only when the limit, a holder or a waiter changed (not for TTLs
+// counting down):
+//
+//	2025-06-01T10:15:02.120+02:00 jobs limit=- in_use=3 holders=2 [worker-1:2 worker-2:1] waiters=1 [c0ffee.1k:2]
+//
+// With -json it prints, on a terminal or not, one JSON object per change:
+// show's, with the time it was read. SIGINT (Ctrl-C) or SIGTERM ends it
+// with exit status 0. A failure of the first read ends it; a later one is
+// shown as a change and the polling goes on.
+//
+// limit NAME N never evicts holders: when the new limit is below the
+// permits in use, holders keep them and new grants wait until the permits
+// in use fit.
 //
 // release removes the lease by its current fencing token, as Redis lists
 // it, and frees its permits for the next waiter at once. The holding

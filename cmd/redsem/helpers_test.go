@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +71,34 @@ func (f *fixture) run(t *testing.T, fn func(w *bytes.Buffer) error) string {
 		t.Fatalf("command failed: %v\noutput:\n%s", err, buf.String())
 	}
 	return buf.String()
+}
+
+// queue starts a waiting Acquire on s (of the holder, made with
+// AcquireTimeout(0)) for each weight, each once the one before it is in
+// the queue, so they queue in this order; it returns the queue as the
+// limiter reads it. They wait until the test ends.
+func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weights ...int64) []limiter.Waiter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() }) // before the Clients close
+	before, err := s.Waiters(f.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws []limiter.Waiter
+	for i, w := range weights {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := s.Acquire(ctx, limiter.Weight(w)); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+		redistest.Eventually(t, 5*time.Second, "a waiter in the queue", func() bool {
+			ws, err = s.Waiters(f.ctx())
+			return err == nil && len(ws) == len(before)+i+1
+		})
+	}
+	return ws
 }

@@ -12,16 +12,17 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// semState is one semaphore as Redis sees it; ls and show print it, in
-// JSON with these field names.
+// semState is one semaphore as Redis sees it; ls, show and watch print
+// it, in JSON with these field names.
 type semState struct {
 	Name string `json:"name"`
-	// FleetLimit is the limit stored by set-limit; nil (null, "-") when
-	// none is set: each process then uses its constructor's limit, which
-	// Redis does not know.
+	// FleetLimit is the limit stored by the limit command; nil (null,
+	// "-") when none is set: each process then uses its constructor's
+	// limit, which Redis does not know.
 	FleetLimit *int64       `json:"fleet_limit"`
 	InUse      int64        `json:"in_use"` // permits: the holders' weights summed
 	Holders    []holderInfo `json:"holders"`
+	Waiters    []waiterInfo `json:"waiters"` // in the order they will be served
 }
 
 type holderInfo struct {
@@ -31,8 +32,27 @@ type holderInfo struct {
 	TTLms  int64  `json:"ttl_ms"` // until it expires unless refreshed
 }
 
-// inspect reads a semaphore's fleet limit and holders, oldest grant
-// (lowest fencing token) first.
+// waiterInfo is a request in the wait queue.
+type waiterInfo struct {
+	ID     string `json:"id"` // the wait id, which is not always the lease id it will get
+	Weight int64  `json:"weight"`
+	TTLms  int64  `json:"ttl_ms"` // until its entry expires unless its Client keeps it alive
+}
+
+// inspectTries bounds how often inspect reads the holders again because
+// the queue changed meanwhile.
+const inspectTries = 3
+
+// inspect reads a semaphore's fleet limit, its holders, oldest grant
+// (lowest fencing token) first, and its wait queue in serving order.
+//
+// The limiter reads holders and queue in separate calls: a waiter granted
+// between them would show in both lists, or in neither. So the queue is
+// read before and after the holders, and the holders again while the
+// queue changed meanwhile (at most inspectTries times; then the last
+// reads are kept). A grant takes the waiter off the queue in the same
+// script, so when the queue is the same on both sides of the holders no
+// waiter listed was granted while they were read.
 func inspect(ctx context.Context, c *limiter.Client, name string) (semState, error) {
 	// The constructor's limit does not matter for reading: EffectiveLimit
 	// says whether a fleet limit overrides it.
@@ -40,7 +60,18 @@ func inspect(ctx context.Context, c *limiter.Client, name string) (semState, err
 	if err != nil {
 		return semState{}, err
 	}
-	st := semState{Name: name, Holders: []holderInfo{}}
+	return inspectSem(ctx, name, sem)
+}
+
+// semReader is what inspect reads of a *limiter.Semaphore.
+type semReader interface {
+	EffectiveLimit(ctx context.Context) (int64, bool, error)
+	Waiters(ctx context.Context) ([]limiter.Waiter, error)
+	Holders(ctx context.Context) ([]limiter.Holder, error)
+}
+
+func inspectSem(ctx context.Context, name string, sem semReader) (semState, error) {
+	st := semState{Name: name, Holders: []holderInfo{}, Waiters: []waiterInfo{}}
 	limit, fleet, err := sem.EffectiveLimit(ctx)
 	if err != nil {
 		return st, err
@@ -48,9 +79,27 @@ func inspect(ctx context.Context, c *limiter.Client, name string) (semState, err
 	if fleet {
 		st.FleetLimit = &limit
 	}
-	hs, err := sem.Holders(ctx)
+	ws, err := sem.Waiters(ctx)
 	if err != nil {
 		return st, err
+	}
+	var hs []limiter.Holder
+	for range inspectTries {
+		if hs, err = sem.Holders(ctx); err != nil {
+			return st, err
+		}
+		after, err := sem.Waiters(ctx)
+		if err != nil {
+			return st, err
+		}
+		same := slices.EqualFunc(ws, after, func(a, b limiter.Waiter) bool { return a.ID == b.ID })
+		ws = after
+		if same {
+			break
+		}
+	}
+	for _, w := range ws {
+		st.Waiters = append(st.Waiters, waiterInfo{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds()})
 	}
 	for _, h := range hs {
 		st.InUse += h.Weight
@@ -59,6 +108,9 @@ func inspect(ctx context.Context, c *limiter.Client, name string) (semState, err
 	slices.SortFunc(st.Holders, func(a, b holderInfo) int { return cmp.Compare(a.Token, b.Token) })
 	return st, nil
 }
+
+// noFleetLimit is what show and limit say when no fleet limit is set.
+const noFleetLimit = "- (no fleet limit: each process uses its own)"
 
 // limitText is a fleet limit for a table: "-" when none is set.
 func limitText(l *int64) string {

@@ -17,6 +17,7 @@ type lsEntry struct {
 	FleetLimit *int64 `json:"fleet_limit"` // null when none is set
 	InUse      int64  `json:"in_use"`
 	Holders    int    `json:"holders"`
+	Waiters    int    `json:"waiters"` // requests in the wait queue
 }
 
 // lsParallel bounds the semaphores read at once.
@@ -41,7 +42,7 @@ func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJ
 		go func() {
 			defer func() { <-turn; wg.Done() }()
 			st, err := inspect(ctx, c, name)
-			entries[i] = lsEntry{Name: name, FleetLimit: st.FleetLimit, InUse: st.InUse, Holders: len(st.Holders)}
+			entries[i] = lsEntry{Name: name, FleetLimit: st.FleetLimit, InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters)}
 			errs[i] = err
 		}()
 	}
@@ -60,9 +61,9 @@ func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJ
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tLIMIT\tIN USE\tHOLDERS")
+	fmt.Fprintln(tw, "NAME\tLIMIT\tIN USE\tHOLDERS\tWAITERS")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", e.Name, limitText(e.FleetLimit), e.InUse, e.Holders)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", e.Name, limitText(e.FleetLimit), e.InUse, e.Holders, e.Waiters)
 	}
 	return tw.Flush()
 }

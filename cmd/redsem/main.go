@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/redsem/redsem/limiter"
@@ -15,13 +17,15 @@ import (
 
 const usage = `usage:
   redsem [flags] ls [PATTERN]        semaphores under the prefix; PATTERN is a glob (default *)
-  redsem [flags] show NAME           a semaphore's limit and holders
-  redsem [flags] set-limit NAME N    set the fleet-wide limit; N=0 clears it
+  redsem [flags] show NAME           a semaphore's limit, holders and wait queue
+  redsem [flags] watch NAME          show, live, until Ctrl-C: redrawn in place on a
+                                     terminal, a line per change when piped
+  redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
   redsem [flags] release NAME ID     force-release the lease with id ID; its
                                      holder learns of the loss at its next refresh
 
 flags (before or after the command; -- ends them):
-  -json              print JSON for scripts
+  -json              print JSON for scripts (watch: one object a line, per change)
   -addr HOST:PORT    Redis server (default localhost:6379, or $REDIS_URL when
                      neither -addr nor -cluster is given)
   -cluster A,B,...   Redis Cluster seed addresses
@@ -31,11 +35,12 @@ flags (before or after the command; -- ends them):
   -tls-ca FILE       PEM CA certificates to trust (implies -tls)
   -tls-insecure      skip server certificate verification (implies -tls)
   -prefix P          key prefix of the limiter Clients (default "redsem:")
-  -timeout D         bound on the whole command (default 10s)
+  -timeout D         bound on the whole command; for watch, on each poll (default 10s)
+  -interval D        watch: time between polls (default 500ms)
 
-LIMIT is the fleet limit set with set-limit; "-" means none is set and each
-process uses the limit its code gives, which redsem cannot see.
-exit status: 0 ok, 1 error, 2 usage
+LIMIT is the fleet limit set with the limit command; "-" means none is set
+and each process uses the limit its code gives, which redsem cannot see.
+exit status: 0 ok (watch: also when ended by SIGINT or SIGTERM), 1 error, 2 usage
 `
 
 func main() {
@@ -56,14 +61,21 @@ var errNoCommand = usageError{"no command given"}
 
 // options are the parsed flags.
 type options struct {
-	conn    connOptions
-	prefix  string
-	timeout time.Duration
-	json    bool
+	conn     connOptions
+	prefix   string
+	timeout  time.Duration
+	interval time.Duration
+	json     bool
+	tty      bool // standard output is a terminal: set by run, not a flag
 }
 
 // action is one command, its arguments checked, waiting for a Client.
-type action func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error
+type action struct {
+	run func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error
+	// live runs until SIGINT or SIGTERM, which end it with exit status 0;
+	// -timeout bounds the connection and each read instead of the whole.
+	live bool
+}
 
 // run is the whole command: it returns the exit status.
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
@@ -79,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		fmt.Fprintf(stderr, "redsem: %v\n(redsem -h for help)\n", err)
 		return 2
 	}
+	o.tty = isTerminal(stdout)
 	if err := execute(o, act, stdout, getenv); err != nil {
 		fmt.Fprintf(stderr, "redsem: %v\n", err)
 		var ue usageError
@@ -106,9 +119,10 @@ func parse(args []string) (options, action, error) {
 	fs.BoolVar(&o.conn.tlsInsecure, "tls-insecure", false, "skip verification")
 	fs.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
+	fs.DurationVar(&o.interval, "interval", 500*time.Millisecond, "watch: time between polls")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return o, nil, err
+		return o, action{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -119,10 +133,13 @@ func parse(args []string) (options, action, error) {
 		}
 	})
 	if o.timeout <= 0 {
-		return o, nil, usagef("-timeout must be > 0")
+		return o, action{}, usagef("-timeout must be > 0")
+	}
+	if o.interval <= 0 {
+		return o, action{}, usagef("-interval must be > 0")
 	}
 	if len(pos) == 0 {
-		return o, nil, errNoCommand
+		return o, action{}, errNoCommand
 	}
 	act, err := command(pos[0], pos[1:])
 	return o, act, err
@@ -151,6 +168,8 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // command checks a command's arguments, before anything is sent to Redis.
 func command(name string, args []string) (action, error) {
+	type runFunc = func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error
+	do := func(run runFunc) (action, error) { return action{run: run}, nil }
 	nargs := func(lo, hi int, what string) error {
 		if len(args) < lo || len(args) > hi {
 			return usagef("usage: redsem %s %s", name, what)
@@ -164,45 +183,57 @@ func command(name string, args []string) (action, error) {
 	}
 	switch name {
 	case "help":
-		return nil, flag.ErrHelp
+		return action{}, flag.ErrHelp
 	case "ls":
 		if err := nargs(0, 1, "[PATTERN]"); err != nil {
-			return nil, err
+			return action{}, err
 		}
 		pattern := ""
 		if len(args) == 1 {
 			pattern = args[0]
 		}
-		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
-			return ls(ctx, w, c, pattern, asJSON)
-		}, nil
+		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return ls(ctx, w, c, pattern, o.json)
+		})
 	case "show":
 		if err := nargs(1, 1, "NAME"); err != nil {
-			return nil, err
+			return action{}, err
 		}
-		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
-			return show(ctx, w, c, args[0], asJSON)
-		}, nil
-	case "set-limit":
-		if err := nargs(2, 2, "NAME N"); err != nil {
-			return nil, err
+		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return show(ctx, w, c, args[0], o.json)
+		})
+	case "watch":
+		if err := nargs(1, 1, "NAME"); err != nil {
+			return action{}, err
+		}
+		return action{live: true, run: func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return watch(ctx, w, c, args[0], watchOptions{tty: o.tty, json: o.json, interval: o.interval, timeout: o.timeout})
+		}}, nil
+	case "limit":
+		if err := nargs(1, 2, "NAME [N]"); err != nil {
+			return action{}, err
+		}
+		if len(args) == 1 {
+			return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+				return readLimit(ctx, w, c, args[0], o.json)
+			})
 		}
 		n, err := strconv.ParseInt(args[1], 10, 64)
 		if err != nil || n < 0 {
-			return nil, usagef("set-limit: N must be a whole number >= 0 (0 clears the fleet limit), not %q", args[1])
+			return action{}, usagef("limit: N must be a whole number >= 0 (0 clears the fleet limit), not %q", args[1])
 		}
-		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
-			return setLimit(ctx, w, c, args[0], n, asJSON)
-		}, nil
+		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return setLimit(ctx, w, c, args[0], n, o.json)
+		})
 	case "release":
 		if err := nargs(2, 2, "NAME ID"); err != nil {
-			return nil, err
+			return action{}, err
 		}
-		return func(ctx context.Context, w io.Writer, c *limiter.Client, asJSON bool) error {
-			return release(ctx, w, c, args[0], args[1], asJSON)
-		}, nil
+		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return release(ctx, w, c, args[0], args[1], o.json)
+		})
 	}
-	return nil, usagef("unknown command %q", name)
+	return action{}, usagef("unknown command %q", name)
 }
 
 // execute connects, runs act within -timeout, and disconnects.
@@ -222,12 +253,24 @@ func execute(o options, act action, w io.Writer, getenv func(string) string) err
 		_ = c.Close(ctx) // it holds nothing: nothing to give back
 	}()
 
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	base := context.Background()
+	if act.live {
+		var stop context.CancelFunc
+		base, stop = signal.NotifyContext(base, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(base, o.timeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
+		if base.Err() != nil { // a signal: the operator gave up waiting
+			return nil
+		}
 		return withTimeout(ctx, fmt.Errorf("cannot connect to Redis at %s: %w", where, err), o.timeout)
 	}
-	return withTimeout(ctx, act(ctx, w, c, o.json), o.timeout)
+	if act.live {
+		ctx = base // the action bounds its own reads
+	}
+	return withTimeout(ctx, act.run(ctx, w, c, o), o.timeout)
 }
 
 // withTimeout says so when -timeout ended the command.

@@ -11,8 +11,8 @@ import (
 func TestParse(t *testing.T) {
 	// Flags go before or after the command; -- ends them.
 	o, act, err := parse([]string{"ls", "-json", "job*", "-prefix", "p:", "-timeout", "2s", "-addr", "h:1"})
-	if err != nil || act == nil {
-		t.Fatalf("parse: %v", err)
+	if err != nil || act.run == nil || act.live {
+		t.Fatalf("parse: %v, %+v", err, act)
 	}
 	if !o.json || o.prefix != "p:" || o.timeout != 2*time.Second || o.conn.addr != "h:1" || !o.conn.addrSet {
 		t.Errorf("flags after the command were not read: %+v", o)
@@ -22,14 +22,26 @@ func TestParse(t *testing.T) {
 		t.Errorf("defaults and explicit empty password: %+v, %v", o, err)
 	}
 
+	o, act, err = parse([]string{"watch", "jobs", "-interval", "20ms"})
+	if err != nil || act.run == nil || !act.live || o.interval != 20*time.Millisecond {
+		t.Errorf("watch: %+v, %+v, %v", o, act, err)
+	}
+	if o, act, err = parse([]string{"limit", "jobs"}); err != nil || act.run == nil || act.live || o.interval != 500*time.Millisecond {
+		t.Errorf("limit NAME: %+v, %+v, %v", o, act, err)
+	}
+	if _, act, err = parse([]string{"limit", "jobs", "0"}); err != nil || act.run == nil {
+		t.Errorf("limit NAME 0: %v", err)
+	}
+
 	pos, err := parseInterspersed(flag.NewFlagSet("t", flag.ContinueOnError), []string{"release", "--", "-odd", "-id"})
 	if err != nil || !reflect.DeepEqual(pos, []string{"release", "-odd", "-id"}) {
 		t.Errorf("after --: %q, %v", pos, err)
 	}
 
 	for _, args := range [][]string{
-		{}, {"nope"}, {"ls", "a", "b"}, {"show"}, {"show", ""}, {"set-limit", "x"},
-		{"set-limit", "x", "1.5"}, {"set-limit", "x", "--", "-1"}, {"release", "x"},
+		{}, {"nope"}, {"ls", "a", "b"}, {"show"}, {"show", ""}, {"limit"}, {"limit", "x", "1", "2"},
+		{"limit", "x", "1.5"}, {"limit", "x", "--", "-1"}, {"limit", ""}, {"set-limit", "x", "1"},
+		{"watch"}, {"watch", "a", "b"}, {"-interval", "0s", "watch", "x"}, {"release", "x"},
 		{"-bogus", "ls"}, {"-timeout", "0s", "ls"},
 	} {
 		// run exits 2 on any error of parse but help.

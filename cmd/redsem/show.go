@@ -9,7 +9,8 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// show prints a semaphore's fleet limit, permits in use and holders.
+// show prints a semaphore's fleet limit, permits in use, holders and wait
+// queue.
 func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
 	st, err := inspect(ctx, c, name)
 	if err != nil {
@@ -18,26 +19,45 @@ func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJS
 	if asJSON {
 		return writeJSON(w, st)
 	}
+	return writeState(w, st)
+}
+
+// writeState is the text of show, and a screen of watch.
+func writeState(w io.Writer, st semState) error {
 	limit := limitText(st.FleetLimit) + " (fleet)"
 	if st.FleetLimit == nil {
-		limit = "- (no fleet limit: each process uses its own)"
+		limit = noFleetLimit
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", st.Name)
 	fmt.Fprintf(tw, "limit:\t%s\n", limit)
 	fmt.Fprintf(tw, "in use:\t%d\n", st.InUse)
 	fmt.Fprintf(tw, "holders:\t%d\n", len(st.Holders))
+	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(st.Holders) == 0 {
-		return nil
+	if len(st.Holders) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tWEIGHT\tTOKEN\tTTL")
+		for _, h := range st.Holders {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", h.ID, h.Weight, h.Token, ttlText(h.TTLms))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tWEIGHT\tTOKEN\tTTL")
-	for _, h := range st.Holders {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", h.ID, h.Weight, h.Token, ttlText(h.TTLms))
+	if len(st.Waiters) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "QUEUE\tWAIT ID\tWEIGHT\tTTL")
+		for i, q := range st.Waiters {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", i+1, q.ID, q.Weight, ttlText(q.TTLms))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	return tw.Flush()
+	return nil
 }

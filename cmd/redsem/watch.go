@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// watchOptions say how watch polls and prints.
+type watchOptions struct {
+	tty      bool          // redraw a screen in place instead of a line per change
+	json     bool          // a JSON object per change (also on a terminal)
+	interval time.Duration // between polls
+	timeout  time.Duration // bounds each poll
+}
+
+// watchEvent is a change, with -json: the state as show -json prints it,
+// and when it was read.
+type watchEvent struct {
+	Time time.Time `json:"time"`
+	semState
+}
+
+// watchError is a poll that failed, with -json.
+type watchError struct {
+	Time  time.Time `json:"time"`
+	Name  string    `json:"name"`
+	Error string    `json:"error"`
+}
+
+// Terminal control: cursor home, clear to the end of the line, clear to
+// the end of the screen, clear the screen.
+const (
+	ansiHome      = "\x1b[H"
+	ansiClearEOL  = "\x1b[K"
+	ansiClearDown = "\x1b[J"
+	ansiClear     = "\x1b[2J"
+)
+
+// watch reads name's state every o.interval until ctx ends, then returns
+// nil. On a terminal (o.tty without o.json) it redraws the view of show
+// in place at every poll, so the TTLs count down; otherwise it writes a
+// line (or with o.json a JSON object) only when something other than the
+// TTLs changed: the limit, a holder (id, weight, token) or a waiter (id,
+// weight). The first poll's error is returned (a wrong address or name
+// should not leave an operator staring at a screen); a later one is shown
+// as a change, and polling goes on.
+func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o watchOptions) error {
+	if o.interval <= 0 {
+		return usagef("-interval must be > 0")
+	}
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	last := ""
+	for polls := 0; ; polls++ {
+		st, err := poll(ctx, c, name, o.timeout)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && polls == 0 {
+			return err
+		}
+		now := time.Now()
+		key := changeKey(st, err)
+		var werr error
+		switch {
+		case o.tty && !o.json:
+			werr = drawScreen(w, name, st, err, now, o.interval, polls == 0)
+		case key == last:
+		case o.json && err != nil:
+			werr = json.NewEncoder(w).Encode(watchError{Time: now, Name: name, Error: err.Error()})
+		case o.json:
+			werr = json.NewEncoder(w).Encode(watchEvent{Time: now, semState: st})
+		default:
+			_, werr = io.WriteString(w, changeLine(name, st, err, now))
+		}
+		if werr != nil {
+			return werr
+		}
+		last = key
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// poll reads name's state within timeout.
+func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Duration) (semState, error) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := inspect(pctx, c, name)
+	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w (gave up after -timeout %v)", err, timeout)
+	}
+	return st, err
+}
+
+// changeKey is what watch compares between polls: the state without its
+// TTLs, which change at every poll, or the error.
+func changeKey(st semState, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%d", limitText(st.FleetLimit), st.InUse)
+	for _, h := range st.Holders {
+		fmt.Fprintf(&b, "|h %q %d %d", h.ID, h.Weight, h.Token)
+	}
+	for _, q := range st.Waiters {
+		fmt.Fprintf(&b, "|w %q %d", q.ID, q.Weight)
+	}
+	return b.String()
+}
+
+// timeLayout is the time of a line of watch.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// changeLine is a change in one line, for a pipe:
+//
+//	TIME NAME limit=L in_use=N holders=2 [ID:WEIGHT ...] waiters=1 [WAITID:WEIGHT]
+func changeLine(name string, st semState, err error, now time.Time) string {
+	var b strings.Builder
+	b.WriteString(now.Format(timeLayout))
+	b.WriteString(" ")
+	b.WriteString(quoted(name, ""))
+	if err != nil {
+		fmt.Fprintf(&b, " error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		return b.String()
+	}
+	fmt.Fprintf(&b, " limit=%s in_use=%d holders=%d [", limitText(st.FleetLimit), st.InUse, len(st.Holders))
+	for i, h := range st.Holders {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s:%d", idText(h.ID), h.Weight)
+	}
+	fmt.Fprintf(&b, "] waiters=%d [", len(st.Waiters))
+	for i, q := range st.Waiters {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s:%d", idText(q.ID), q.Weight)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// quoted quotes s when it would make a line ambiguous: empty, with a
+// space, one of the special characters, or anything strconv.Quote
+// escapes.
+func quoted(s, special string) string {
+	if s == "" || strings.ContainsAny(s, " "+special) || strconv.Quote(s) != `"`+s+`"` {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// idText is an id in a list of a line: ID:WEIGHT in brackets.
+func idText(id string) string { return quoted(id, "[]:") }
+
+// drawScreen redraws the view of show in place: from the top left, each
+// line cleared to its end, and the rest of the screen cleared below.
+func drawScreen(w io.Writer, name string, st semState, err error, now time.Time, interval time.Duration, first bool) error {
+	var b bytes.Buffer
+	if err != nil {
+		fmt.Fprintf(&b, "name:   %s\nerror:  %v\n", name, err)
+	} else if werr := writeState(&b, st); werr != nil {
+		return werr
+	}
+	fmt.Fprintf(&b, "\nevery %v, read %s; Ctrl-C ends\n", interval, now.Format("15:04:05"))
+	screen := ansiHome
+	if first {
+		screen += ansiClear
+	}
+	screen += strings.ReplaceAll(b.String(), "\n", ansiClearEOL+"\n") + ansiClearDown
+	_, werr := io.WriteString(w, screen)
+	return werr
+}
+
+// isTerminal says whether w is a terminal, for watch.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
