@@ -112,16 +112,19 @@ func evictionIn(info string) string {
 	return fmt.Sprintf("maxmemory %d, maxmemory-policy %s", maxmemory, policy)
 }
 
-// evicting checks every node.
+// evicting checks every node at once, each bounded by NodeTimeout like
+// any quorum call: a paused node must not hold up the first acquisition.
 func (q *quorumStore) evicting(ctx context.Context) (string, error) {
 	var found []string
 	var errs []error
-	for _, n := range q.nodes {
-		what, err := n.evicting(ctx)
-		errs = append(errs, err)
-		if what != "" {
-			found = append(found, what)
+	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (string, error) {
+		return n.evicting(ctx)
+	}, func(a nodeAnswer[string]) bool {
+		errs = append(errs, a.err)
+		if a.v != "" {
+			found = append(found, a.v)
 		}
-	}
+		return false
+	}, nil)
 	return strings.Join(found, "; "), errors.Join(errs...)
 }
