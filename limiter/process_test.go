@@ -24,7 +24,11 @@ import (
 // turns into the worker when REDSEM_CHILD is set.
 // The runnable Examples find their server in REDIS_ADDR.
 func TestMain(m *testing.M) {
-	if os.Getenv("REDSEM_CHILD") != "" {
+	switch os.Getenv("REDSEM_CHILD") {
+	case "":
+	case "waiter":
+		os.Exit(runWaiterChild())
+	default:
 		os.Exit(runChild())
 	}
 	addr, stop, err := redistest.StartMain()
