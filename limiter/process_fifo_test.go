@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -208,4 +210,55 @@ func TestThousandWaitersAcrossProcesses(t *testing.T) {
 	for _, c := range cmds {
 		_ = c.Process.Kill()
 	}
+}
+
+// A request for every permit is granted within the holds ahead of it while
+// 4 processes keep asking for one permit each: strict FIFO, nobody
+// overtakes it.
+func TestHeavyRequestNotStarvedAcrossProcesses(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 60*time.Second)
+		name := uniqueName(b, "heavy")
+		rdb := b.client(t)
+		const limit = 3
+		for range 4 {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), b.env...)
+			cmd.Env = append(cmd.Env, "REDSEM_CHILD=1", "REDSEM_NAME="+name, "REDSEM_LIMIT=3",
+				"REDSEM_MAX_WEIGHT=1", "REDSEM_ROUNDS=400")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		}
+		redistest.Eventually(t, 20*time.Second, "the light requests flowing", func() bool {
+			hs, err := newSemaphoreOrFail(t, rdb, name, limit).Holders(ctx)
+			return err == nil && len(hs) > 0
+		})
+		sem := newSemaphoreOrFail(t, rdb, name, limit)
+		start := time.Now()
+		l, err := sem.Acquire(ctx, limiter.Weight(limit))
+		if err != nil {
+			t.Fatalf("Weight(%d) among 4 processes of weight-1 requests: %v after %v", limit, err, time.Since(start))
+		}
+		waited := time.Since(start)
+		_ = l.Release(ctx)
+		redistest.Eventually(t, 2*time.Second, "the light requests still flowing after the heavy one", func() bool {
+			hs, err := sem.Holders(ctx)
+			return err == nil && len(hs) > 0
+		})
+		if waited > time.Second { // without the queue: 9-10s, or never
+			t.Fatalf("Weight(%d) waited %v behind 1-permit requests of 1-2ms each", limit, waited)
+		}
+		t.Logf("Weight(%d) granted after %v while 4 processes asked for 1 permit each", limit, waited)
+	})
+}
+
+func newSemaphoreOrFail(t *testing.T, rdb redis.UniversalClient, name string, limit int64) *limiter.Semaphore {
+	t.Helper()
+	s, err := newSemaphore(t, rdb, name, limit, limiter.AcquireTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
