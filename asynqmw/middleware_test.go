@@ -38,15 +38,7 @@ func TestMain(m *testing.M) {
 		}
 		return
 	}
-	addr, stop, err := redistest.StartMain()
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	os.Setenv("REDIS_ADDR", addr)
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	redistest.Main(m, nil)
 }
 
 // startServer runs an asynq server with the middleware and the retry

@@ -20,22 +20,11 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// The cross-process test re-runs this test binary as clients: TestMain
-// turns into one when HTTPLIMIT_CHILD is set. The runnable Examples find
-// their server in REDIS_ADDR.
+// The cross-process test re-runs this test binary as clients (runChild,
+// the HTTPLIMIT_PROC-th); the runnable Examples find their server in
+// REDIS_ADDR.
 func TestMain(m *testing.M) {
-	if os.Getenv("HTTPLIMIT_CHILD") != "" {
-		os.Exit(runChild())
-	}
-	addr, stop, err := redistest.StartMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("REDIS_ADDR", addr)
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	redistest.Main(m, map[string]func() int{"client": runChild})
 }
 
 const childWorkers, childRounds = 8, 12
@@ -68,7 +57,7 @@ func runChild() int {
 			defer wg.Done()
 			for range childRounds {
 				req, _ := http.NewRequest(http.MethodGet, url, nil)
-				req.Header.Set("X-Proc", os.Getenv("HTTPLIMIT_CHILD"))
+				req.Header.Set("X-Proc", os.Getenv("HTTPLIMIT_PROC"))
 				resp, err := hc.Do(req)
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
@@ -122,7 +111,7 @@ func TestTransportCapAcrossProcesses(t *testing.T) {
 	errs := make([]error, procs)
 	for i := range procs {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "HTTPLIMIT_CHILD="+strconv.Itoa(i+1), "HTTPLIMIT_REDIS="+srv.Addr(),
+		cmd.Env = append(os.Environ(), redistest.ChildEnv+"=client", "HTTPLIMIT_PROC="+strconv.Itoa(i+1), "HTTPLIMIT_REDIS="+srv.Addr(),
 			"HTTPLIMIT_URL="+up.URL, "HTTPLIMIT_LIMIT="+strconv.Itoa(limit))
 		wg.Add(1)
 		go func() {

@@ -70,7 +70,7 @@ func startWaiters(t *testing.T, b backend, name, tag string, waiters, holdMS int
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), b.env...)
-	cmd.Env = append(cmd.Env, "REDSEM_CHILD=waiter", "REDSEM_NAME="+name, "REDSEM_TAG="+tag,
+	cmd.Env = append(cmd.Env, redistest.ChildEnv+"=waiter", "REDSEM_NAME="+name, "REDSEM_TAG="+tag,
 		"REDSEM_WAITERS="+strconv.Itoa(waiters), "REDSEM_HOLD_MS="+strconv.Itoa(holdMS))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -224,7 +224,7 @@ func TestHeavyRequestNotStarvedAcrossProcesses(t *testing.T) {
 		for range 4 {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), b.env...)
-			cmd.Env = append(cmd.Env, "REDSEM_CHILD=1", "REDSEM_NAME="+name, "REDSEM_LIMIT=3",
+			cmd.Env = append(cmd.Env, redistest.ChildEnv+"=hammer", "REDSEM_NAME="+name, "REDSEM_LIMIT=3",
 				"REDSEM_MAX_WEIGHT=1", "REDSEM_ROUNDS=400")
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -20,26 +20,10 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// The multi-process tests re-run this test binary as workers: TestMain
-// turns into the worker when REDSEM_CHILD is set.
-// The runnable Examples find their server in REDIS_ADDR.
+// The multi-process tests re-run this test binary as workers (runChild,
+// runWaiterChild); the runnable Examples find their server in REDIS_ADDR.
 func TestMain(m *testing.M) {
-	switch os.Getenv("REDSEM_CHILD") {
-	case "":
-	case "waiter":
-		os.Exit(runWaiterChild())
-	default:
-		os.Exit(runChild())
-	}
-	addr, stop, err := redistest.StartMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("REDIS_ADDR", addr)
-	code := m.Run()
-	stop()
-	os.Exit(code)
+	redistest.Main(m, map[string]func() int{"hammer": runChild, "waiter": runWaiterChild})
 }
 
 func childClient() redis.UniversalClient {
@@ -175,7 +159,7 @@ func runProcesses(t *testing.T, b backend, own, maxWeight int64, id string, flee
 	for i := range procs {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), b.env...)
-		cmd.Env = append(cmd.Env, "REDSEM_CHILD=1", "REDSEM_NAME="+name,
+		cmd.Env = append(cmd.Env, redistest.ChildEnv+"=hammer", "REDSEM_NAME="+name,
 			fmt.Sprintf("REDSEM_LIMIT=%d", own), fmt.Sprintf("REDSEM_FLEET=%d", fleet), fmt.Sprintf("REDSEM_MAX_WEIGHT=%d", maxWeight),
 			fmt.Sprintf("REDSEM_ROUNDS=%d", rounds), "REDSEM_ID="+id)
 		wg.Add(1)

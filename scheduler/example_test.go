@@ -17,17 +17,7 @@ import (
 
 // TestMain starts the redis-server the runnable Examples find in
 // REDIS_ADDR.
-func TestMain(m *testing.M) {
-	addr, stop, err := redistest.StartMain()
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	os.Setenv("REDIS_ADDR", addr)
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m, nil) }
 
 // The cron side takes the job's lock and enqueues the task with its
 // ticket; the worker side (Adopt) takes the lock over, runs the handler

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"testing"
 )
 
 // StartMain starts a server for a TestMain, before any testing.TB exists
@@ -36,4 +37,33 @@ func StartMain() (addr string, stop func(), err error) {
 	}
 	_ = os.RemoveAll(dir)
 	return "", nil, fmt.Errorf("redistest: %w", err)
+}
+
+// ChildEnv names the environment variable that turns a test binary into
+// one of its package's child processes (see Main).
+const ChildEnv = "REDSEM_CHILD"
+
+// Main is the TestMain of a package whose tests re-run the test binary as
+// child processes and whose runnable Examples need a server. When ChildEnv
+// names one of children, it runs that child and exits with its code.
+// Otherwise it starts a redis-server, exports its address as REDIS_ADDR,
+// runs the tests, stops the server and exits with the tests' code.
+func Main(m *testing.M, children map[string]func() int) {
+	if role := os.Getenv(ChildEnv); role != "" {
+		child, ok := children[role]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "redistest: no child %q\n", role)
+			os.Exit(2)
+		}
+		os.Exit(child())
+	}
+	addr, stop, err := StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("REDIS_ADDR", addr)
+	code := m.Run()
+	stop()
+	os.Exit(code)
 }
