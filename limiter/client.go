@@ -147,6 +147,9 @@ func (c *Client) Err() error {
 // returns the releases' failures joined, or ctx's error. Later calls
 // return nil at once; the go-redis client is left open.
 func (c *Client) Close(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

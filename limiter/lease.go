@@ -116,6 +116,9 @@ func (l *Lease) Err() error {
 // local deadline. Refresh of a lease that already ended returns Err
 // without contacting Redis.
 func (l *Lease) Refresh(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
 	if err := l.Err(); err != nil {
 		return err
 	}
@@ -139,6 +142,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // lease that reached its Redis expiry but was not yet swept may release
 // without error: its permits were free for the taking either way.)
 func (l *Lease) Release(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil") // the lease stays held
+	}
 	// Until Redis has removed it, no attempt of this Client may reclaim
 	// the lease as its own.
 	defer l.sem.c.releasing(l)()

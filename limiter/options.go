@@ -122,7 +122,7 @@ func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
 	}
-	if c.clockDrift < 0 || c.clockDrift >= 0.5 {
+	if !(c.clockDrift >= 0 && c.clockDrift < 0.5) { // NaN too
 		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
 	}
 	if c.ttl < 5*time.Millisecond {

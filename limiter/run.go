@@ -25,10 +25,19 @@ func LeaseFrom(ctx context.Context) (*Lease, bool) {
 // ReleaseTimeout, so a cancelled caller gives its permits back and an
 // unreachable Redis costs at most that long; a lost lease is not released.
 //
+// A nil ctx or fn gives an *ArgumentError; fn is not run and the lease
+// stays held.
+//
 // Run returns fn's error, joined with an error matching ErrLeaseLost
 // whenever the lease was lost before fn returned, and with a *ReleaseError
 // when the release failed (other than the lease being gone).
 func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	switch {
+	case ctx == nil:
+		return argError("ctx", nil, "must not be nil") // fn not run, the lease stays held
+	case fn == nil:
+		return argError("fn", nil, "must not be nil")
+	}
 	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseCtxKey{}, l))
 	defer cancel(nil)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
@@ -70,6 +79,9 @@ func (e *ReleaseError) Unwrap() error { return e.Err }
 // returns Acquire's error, or fn's error joined with ErrLeaseLost when the
 // lease was lost and with a *ReleaseError when the release failed.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	if fn == nil {
+		return argError("fn", nil, "must not be nil")
+	}
 	l, err := s.Acquire(ctx, opts...)
 	if err != nil {
 		return err

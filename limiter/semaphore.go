@@ -270,6 +270,9 @@ func (s *Semaphore) checkTicket(t Ticket) error {
 
 // Holders lists the live leases as Redis sees them (read-only).
 func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
 	hs, err := s.c.st.holders(ctx, s.keys)
 	if err != nil {
 		return nil, redisError("holders", s.name, err)

@@ -3,11 +3,13 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -60,6 +62,10 @@ func TestBadInput(t *testing.T) {
 		{"prefix with brace", "Prefix", newSem(limiter.Prefix("a{b"))},
 		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
 		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
+		{"drift NaN", "ClockDrift", newSem(limiter.ClockDrift(math.NaN()))},
+		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }}, //nolint:staticcheck // on purpose
+		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},      //nolint:staticcheck // on purpose
+		{"nil fn", "fn", func() error { return sem.Do(ctx, nil) }},
 		{"weight 0", "Weight", func() error { _, err := sem.TryAcquire(ctx, limiter.Weight(0)); return err }},
 		{"weight above limit", "Weight", func() error { _, err := sem.Acquire(ctx, limiter.Weight(4)); return err }},
 		{"weight above limit in Do", "Weight", func() error {
@@ -109,5 +115,34 @@ func TestTicketText(t *testing.T) {
 	b, _ := in.MarshalText()
 	if err := viaText.UnmarshalText(b); err != nil || viaText != in {
 		t.Fatalf("text round trip: %+v, %v", viaText, err)
+	}
+}
+
+// A held lease given a nil context: a typed error, and the lease is still
+// held (nothing panics, nothing is released by accident).
+func TestNilContextOnALease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 10*time.Second)
+	mu, _ := newMutex(t, srv.Client(t), "nilctx")
+	l, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Release": func() error { return l.Release(nil) },                                         //nolint:staticcheck // on purpose
+		"Refresh": func() error { return l.Refresh(nil) },                                         //nolint:staticcheck // on purpose
+		"Run":     func() error { return l.Run(nil, func(context.Context) error { return nil }) }, //nolint:staticcheck // on purpose
+		"Run fn":  func() error { return l.Run(ctx, nil) },
+	} {
+		var arg *limiter.ArgumentError
+		if err := call(); !errors.As(err, &arg) {
+			t.Fatalf("%s with nil: %v, want an ArgumentError", name, err)
+		}
+	}
+	if l.Err() != nil {
+		t.Fatalf("the lease ended: %v", l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
