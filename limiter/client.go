@@ -145,7 +145,8 @@ func (c *Client) Err() error {
 // in time comes back at its TTL), closes its pub/sub connections and
 // returns once every goroutine it started has exited, or ctx ended. It
 // returns the releases' failures joined, or ctx's error. Later calls
-// return nil at once; the go-redis client is left open.
+// return nil at once; the go-redis client is left open. A nil ctx gives
+// an *ArgumentError and closes nothing.
 func (c *Client) Close(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")

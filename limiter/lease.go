@@ -140,7 +140,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // the TTL runs out (call Release again to retry). A lease Redis no longer
 // holds gives ErrNotHeld; another holder's lease is never touched. (A
 // lease that reached its Redis expiry but was not yet swept may release
-// without error: its permits were free for the taking either way.)
+// without error: its permits were free for the taking either way.) A
+// nil ctx gives an *ArgumentError and leaves the lease held.
 func (l *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil") // the lease stays held
