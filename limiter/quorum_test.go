@@ -421,3 +421,34 @@ func TestRedlockFailedRetryKeepsExistingLease(t *testing.T) {
 		t.Fatalf("the failed retry removed the live lease from node 0 (%d left)", n)
 	}
 }
+
+// A waiter that can get only a minority of nodes (the holder has the
+// others) waits without a busy loop: its failed attempts are given back
+// silently, so they wake nobody, itself included. (Issue 11: 5,058
+// attempts in 3s before.)
+func TestRedlockWaiterDoesNotBusyLoop(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	holder, err := newRedlockMutex(t, q.nodes[:2], "busyloop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := newRedlockMutex(t, q.nodes, "busyloop", limiter.AcquireTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[2].ResetStats(t)
+	if _, err := waiter.Acquire(ctx); !errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("waiter on a held mutex: %v, want a timeout", err)
+	}
+	calls := q.servers[2].CommandCalls(t)
+	if scripts := calls["evalsha"] + calls["eval"]; scripts > 60 || calls["publish"] > 5 {
+		t.Fatalf("node c ran %d scripts and %d PUBLISH during a 3s wait: a busy loop", scripts, calls["publish"])
+	}
+	t.Logf("node c during a 3s wait: %v", calls)
+	_ = l.Release(ctx)
+}
