@@ -25,10 +25,12 @@ local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
 local mine = wait ~= '' and st[5]
--- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's.
-local limit_s = st[7] or ARGV[1]
-if st[7] then
-  limit = tonumber(st[7])
+-- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
+-- (not on a quorum's nodes: its size is made for the asking limit).
+local cap = ARGV[11] == '1' and st[7]
+local limit_s = cap or ARGV[1]
+if cap then
+  limit = tonumber(cap)
   if weight > limit then return {-2, limit} end
 end
 
@@ -54,7 +56,7 @@ if st[4] then
       if mine then
         redis.call('HDEL', KEYS[2], '?' .. wait)
         redis.call('ZREM', KEYS[3], wait)
-        for _, v in ipairs(wake_fitting(now_ms, limit - total, own)) do reply[#reply + 1] = v end
+        for _, v in ipairs(wake_fitting(now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
       end
       return reply
     end
@@ -76,7 +78,7 @@ end
 -- In order: the permits of live waiters ahead are spoken for.
 local ahead = 0
 if ARGV[11] == '1' and not conflict then
-  ahead = queued_ahead(now_ms, wait)
+  ahead = queued_ahead(now_ms, wait, limit)
 end
 
 if not conflict and ahead and total + ahead + weight <= limit then
@@ -100,7 +102,7 @@ if not conflict and ahead and total + ahead + weight <= limit then
     redis.call('ZREM', KEYS[3], wait)
     redis.call('HDEL', KEYS[2], '?' .. wait)
     -- Pass the turn on to those behind that fit in what is left.
-    for _, w in ipairs(wake_fitting(now_ms, limit - total - weight, own)) do reply[#reply + 1] = w end
+    for _, w in ipairs(wake_fitting(now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = w end
   end
   return reply
 end

@@ -83,6 +83,7 @@ func newClient(opts []Option, open func(*config) store) (*Client, error) {
 		given: map[leaseKey]*givenID{}, givenPrune: givenPruneMin, reclaiming: map[leaseKey]chan struct{}{}}
 	c.channel = cfg.prefix + "wake:" + c.id
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.eviction.turn = make(chan struct{}, 1)
 	c.st = open(&c.cfg)
 	c.refresher = newRefresher(c)
 	c.hub = newHub(c)

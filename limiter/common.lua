@@ -137,11 +137,17 @@ end
 -- The waiters at the head of the queue whose weights fit in free permits,
 -- in order, as {id, channel}, up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
--- overtaken and cannot starve.
-local function fitting(now_ms, free)
+-- overtaken and cannot starve. A waiter heavier than the limit (lowered
+-- by SetLimit after it queued) can never be served: it is listed, so that
+-- its retry learns so, and not waited for.
+local function fitting(now_ms, free, limit)
   local fit = {}
   if free <= 0 then return fit end
   walk_queue(now_ms, function(id, w, channel)
+    if w > limit then
+      fit[#fit + 1] = {id, channel}
+      return false
+    end
     if w > free then return true end
     free = free - w
     fit[#fit + 1] = {id, channel}
@@ -153,9 +159,9 @@ end
 -- Wakes the fitting waiters. One on the channel own (the caller's
 -- process) is returned rather than published to: the caller wakes it
 -- directly. Returns the own waiters woken.
-local function wake_fitting(now_ms, free, own)
+local function wake_fitting(now_ms, free, own, limit)
   local mine = {}
-  for _, f in ipairs(fitting(now_ms, free)) do
+  for _, f in ipairs(fitting(now_ms, free, limit)) do
     if f[2] == own then
       mine[#mine + 1] = f[1]
     else
@@ -166,14 +172,15 @@ local function wake_fitting(now_ms, free, own)
 end
 
 -- Sums the weights of the live waiters queued ahead of wait (of every
--- waiter when wait is not queued): those permits are spoken for. Returns
--- nil when the queue is too long to tell within one call's bound (then it
--- is not wait's turn).
-local function queued_ahead(now_ms, wait)
+-- waiter when wait is not queued): those permits are spoken for, but for
+-- those heavier than the limit, which can never be served. Returns nil
+-- when the queue is too long to tell within one call's bound (then it is
+-- not wait's turn).
+local function queued_ahead(now_ms, wait, limit)
   local sum = 0
   local told = walk_queue(now_ms, function(id, w)
     if id == wait then return true end
-    sum = sum + w
+    if w <= limit then sum = sum + w end
     return false
   end, wait)
   if told then return sum end

@@ -392,3 +392,51 @@ func TestEvictingRedisIsNoticed(t *testing.T) {
 		t.Fatalf("logged on a noeviction Redis: %s", logs.String())
 	}
 }
+
+// A slow Redis is not a full semaphore: an attempt in flight when
+// AcquireTimeout runs out may finish (for up to NodeTimeout more) and its
+// grant is used; one that never gets an answer ends in ErrTimeout, not
+// ErrBusy with "0 in use".
+func TestAcquireTimeoutOnASlowRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	mu, _ := newMutex(t, srv.Client(t), "slow", limiter.AcquireTimeout(100*time.Millisecond), limiter.NodeTimeout(time.Second))
+	if l, err := mu.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // connection up, scripts loaded
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		srv.Resume(t)
+	}()
+	l, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("an attempt answered 200ms after AcquireTimeout (NodeTimeout 1s): %v", err)
+	}
+	_ = l.Release(ctx)
+
+	srv.Pause(t)
+	defer srv.Resume(t)
+	_, err = mu.Acquire(ctx)
+	if !errors.Is(err, limiter.ErrTimeout) || errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("no answer at all: %v, want ErrTimeout and not ErrBusy", err)
+	}
+}
+
+// An eviction check that could not reach Redis is run again: it must not
+// end up as "no eviction" for good.
+func TestEvictionCheckRetriedAfterAFailure(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	srv := redistest.StartServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	c := redistest.Limiter(t, rdb, limiter.FailOnEviction())
+	mu, _ := c.Mutex("recheck")
+	srv.Stop(t)
+	if _, err := mu.TryAcquire(ctx); err == nil {
+		t.Fatal("granted with Redis stopped")
+	}
+	srv.Restart(t)
+	if _, err := mu.TryAcquire(ctx); !errors.Is(err, limiter.ErrEvictingRedis) {
+		t.Fatalf("after Redis came back: %v, want ErrEvictingRedis", err)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,46 +23,80 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // ErrEvictingRedis when Redis (any node of it) has a maxmemory and a
 // maxmemory-policy other than noeviction. Without it the Client logs the
 // danger once, at Error level, and goes on. The check is one INFO memory
-// per node, before the Client's first acquisition; it is repeated if it
-// fails (a Redis that refuses INFO, e.g. by ACL, is taken as safe and
-// logged at Debug). A Client option: on a Semaphore it has no effect.
+// per node, before the Client's first acquisition, and again before the
+// next while a node does not answer (10s later when it timed out); a node
+// found evicting settles it, and a Redis that refuses INFO, e.g. by ACL,
+// is taken as safe and logged at Debug. A Client option: on a Semaphore
+// it has no effect.
 func FailOnEviction() Option { return func(c *config) { c.failOnEviction = true } }
 
 // evictionCheck remembers, per Client, what the maxmemory check found.
 type evictionCheck struct {
 	done atomic.Bool
-	mu   sync.Mutex
-	err  error // ErrEvictingRedis (wrapped) when refusing
+	turn chan struct{} // one check at a time; waiters may give up
+	err  error         // ErrEvictingRedis (wrapped) when refusing
+	// next: after a check that could not reach every node, when to try
+	// again (not on every acquisition while a node is down).
+	next time.Time
 }
 
-// checkEviction runs the check once per Client (again after a failure to
-// get an answer) and returns ErrEvictingRedis, wrapped, when the Client
-// refuses to grant.
+// evictionRecheck spaces the checks while a node does not answer.
+const evictionRecheck = 10 * time.Second
+
+// checkEviction runs the check once per Client and returns
+// ErrEvictingRedis, wrapped, when the Client refuses to grant. A node
+// found evicting settles it whatever the others answered; a server that
+// refuses INFO (an ACL, say) is taken as safe; a check that could not
+// reach every node is run again by an acquisition evictionRecheck later.
 func (c *Client) checkEviction(ctx context.Context) error {
 	e := &c.eviction
 	if e.done.Load() {
 		return e.err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.done.Load() {
+	select {
+	case e.turn <- struct{}{}:
+		defer func() { <-e.turn }()
+	case <-ctx.Done():
+		return nil // the attempt reports its own ctx
+	}
+	if e.done.Load() || time.Now().Before(e.next) {
 		return e.err
 	}
 	found, err := c.st.evicting(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // the attempt reports its own ctx; check again next time
-		}
-		c.cfg.logger.Debug("redsem: cannot read the maxmemory policy; assuming no eviction", "err", err)
-	} else if found != "" {
+	var refused redis.Error
+	switch {
+	case found != "":
 		if c.cfg.failOnEviction {
 			e.err = fmt.Errorf("%w: %s", ErrEvictingRedis, found)
 		} else {
 			c.cfg.logger.Error("redsem: Redis may evict the semaphore keys, and with them the holders: more than the limit could then hold permits; set maxmemory-policy noeviction (or use FailOnEviction)", "found", found)
 		}
+	case err != nil && errors.As(err, &refused) && !isUnreachable(err):
+		c.cfg.logger.Debug("redsem: Redis refuses INFO; assuming no eviction", "err", err)
+	case err != nil:
+		// Not every node answered. Ask again at the next acquisition,
+		// unless the check had to wait out a silent node: then not before
+		// evictionRecheck, so that a paused node does not slow down
+		// every acquisition.
+		if timedOut(err) {
+			e.next = time.Now().Add(evictionRecheck)
+		}
+		return nil
 	}
 	e.done.Store(true)
 	return e.err
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// isUnreachable tells a node that did not answer from one that refused.
+func isUnreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed)
 }
 
 // evicting returns a description of the nodes that may evict keys ("" for

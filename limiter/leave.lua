@@ -6,4 +6,4 @@ if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
 redis.call('HDEL', KEYS[2], '?' .. wait)
 local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
 local free = (tonumber(st[2]) or 0) - (tonumber(st[1]) or 0)
-return wake_fitting(nil, free, ARGV[2])
+return wake_fitting(nil, free, ARGV[2], tonumber(st[2]) or math.huge)

@@ -191,3 +191,47 @@ func TestWaiters(t *testing.T) {
 		})
 	})
 }
+
+// A limit lowered below a queued waiter's weight: that waiter learns so
+// (an ArgumentError naming Weight) instead of waiting, and it holds up
+// nobody meanwhile.
+func TestLoweredLimitBelowAQueuedWeight(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 20*time.Second)
+		sem, _ := newSemaphore(t, b.client(t), uniqueName(b, "lowered"), 5, limiter.AcquireTimeout(15*time.Second))
+		all, err := sem.TryAcquire(ctx, limiter.Weight(5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			l   *limiter.Lease
+			err error
+			at  time.Duration
+		}
+		start := time.Now()
+		light, heavy := make(chan result, 1), make(chan result, 1)
+		go func() { l, err := sem.Acquire(ctx); light <- result{l, err, time.Since(start)} }()
+		time.Sleep(100 * time.Millisecond) // light queues first
+		go func() { l, err := sem.Acquire(ctx, limiter.Weight(4)); heavy <- result{l, err, time.Since(start)} }()
+		time.Sleep(100 * time.Millisecond)
+		if err := sem.SetLimit(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		_ = all.Release(ctx)
+		r := <-light
+		if r.err != nil {
+			t.Fatalf("the light waiter: %v", r.err)
+		}
+		_ = r.l.Release(ctx)
+		h := <-heavy
+		var arg *limiter.ArgumentError
+		if !errors.As(h.err, &arg) || arg.Arg != "Weight" || h.at > 3*time.Second {
+			t.Fatalf("a waiter of weight 4 under a lowered limit of 2: %v after %v, want an ArgumentError for Weight at once", h.err, h.at)
+		}
+		l, err := sem.TryAcquire(ctx, limiter.Weight(2))
+		if err != nil {
+			t.Fatalf("the semaphore after the too-heavy waiter left: %v", err)
+		}
+		_ = l.Release(ctx)
+	})
+}

@@ -67,7 +67,11 @@ func RefreshInterval(d time.Duration) Option {
 }
 
 // AcquireTimeout bounds how long Acquire waits (default 10s; 0 = only the
-// context bounds it). Whichever of it and the context ends first wins.
+// context bounds it). Whichever of it and the context ends first wins. An
+// attempt already sent when it runs out may finish, for up to NodeTimeout
+// more, and a grant it brings is returned; if Redis answered no attempt
+// at all, the error matches ErrTimeout but not ErrBusy (a slow Redis is
+// not a full semaphore).
 func AcquireTimeout(d time.Duration) Option { return func(c *config) { c.acquireTimeout = d } }
 
 // AttemptsLimit bounds how many times Acquire asks Redis before it gives up
@@ -101,8 +105,10 @@ func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } 
 
 // NodeTimeout bounds each node's answer on a Redlock Client (default
 // TTL/10, at most 500ms): a slow or paused node is counted as failed
-// rather than holding up the quorum. It must be less than the TTL. Only
-// the value given to NewRedlock counts.
+// rather than holding up the quorum; there only the value given to
+// NewRedlock counts. On any Client, a Semaphore's NodeTimeout also bounds
+// how long an attempt in flight when AcquireTimeout runs out may still
+// take. It must be less than the TTL.
 func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // ReleaseTimeout bounds each release (default 1s): Release, the release

@@ -52,6 +52,7 @@ if #ARGV >= base + 1 then
   local set = {}
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
+  local limit = tonumber(st[3]) or math.huge
   local free = (tonumber(st[3]) or 0) - ((tonumber(st[2]) or 0) - sweep(now_ms))
   local fits = nil -- the ids whose turn it is, found once
   for i = 1, #waits do
@@ -62,10 +63,10 @@ if #ARGV >= base + 1 then
         set[#set + 1] = fields[i]
         set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. channel
         r = 1
-        if free >= w then
+        if free >= w or w > limit then
           if not fits then
             fits = {}
-            for _, f in ipairs(fitting(now_ms, free)) do fits[f[1]] = true end
+            for _, f in ipairs(fitting(now_ms, free, limit)) do fits[f[1]] = true end
           end
           if fits[waits[i]] then r = 2 end
         end

@@ -25,6 +25,6 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], field)
 redis.call('HSET', KEYS[2], 'total', fmt(total))
 if ARGV[4] == '1' then
-  for _, v in ipairs(wake_fitting(now, (tonumber(st[3]) or w) - total, ARGV[3])) do reply[#reply + 1] = v end
+  for _, v in ipairs(wake_fitting(now, (tonumber(st[3]) or w) - total, ARGV[3], tonumber(st[3]) or math.huge)) do reply[#reply + 1] = v end
 end
 return reply

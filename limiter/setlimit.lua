@@ -1,6 +1,8 @@
 -- ARGV: n (the fleet-wide limit; '0' clears it), own wake channel,
 --       ttl_ms (the caller's: when cleared, the keys expire again after
---       it, or after the last lease, whichever is later)
+--       it, or after the last lease, whichever is later), the caller's
+--       own limit (when cleared, the limit releases wake by until the
+--       next grant records its own)
 -- Stores a limit that overrides every Semaphore's own, for every process.
 -- Lowering it evicts nobody: grants wait until the permits in use fit.
 -- Raising it wakes at once the waiters that now fit. While it is set the
@@ -17,12 +19,15 @@ if n == 0 then
   local until_ms = now + tonumber(ARGV[3])
   if #last > 0 then until_ms = math.max(until_ms, tonumber(last[2])) end
   local at = fmt(until_ms + 1000)
-  redis.call('HSET', KEYS[2], 'keyexp', at)
+  redis.call('HSET', KEYS[2], 'keyexp', at, 'limit', ARGV[4])
   expire_keys(at)
-  return {}
+  local own_limit = tonumber(ARGV[4])
+  return wake_fitting(nil, own_limit - total, ARGV[2], own_limit)
 end
 redis.call('HSET', KEYS[2], 'cap', ARGV[1], 'limit', ARGV[1], 'keyexp', 'inf')
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])
 redis.call('PERSIST', KEYS[3])
-return wake_fitting(nil, n - total, ARGV[2])
+-- Raising wakes those that now fit; lowering wakes those now heavier
+-- than the limit, so that they learn so rather than wait.
+return wake_fitting(nil, n - total, ARGV[2], n)

@@ -22,16 +22,23 @@ var errAcquireTimeout = errors.New("acquire timeout")
 // queue entry, which also reports a turn whose wake-up was lost.
 func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time) (*Lease, error) {
 	parent := ctx
+	// An attempt in flight when AcquireTimeout runs out may finish, for up
+	// to NodeTimeout more: a slow Redis is not a full semaphore, and a
+	// grant that arrives is used rather than thrown away.
+	attemptCtx := ctx
 	if s.cfg.acquireTimeout > 0 {
-		var cancel context.CancelFunc
+		var cancel, cancelAttempt context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
 		defer cancel()
+		attemptCtx, cancelAttempt = context.WithTimeoutCause(parent, s.cfg.acquireTimeout+s.cfg.nodeWait(), errAcquireTimeout)
+		defer cancelAttempt()
 	}
+	answered := false // has Redis answered any attempt
 	c := s.c
 	subscribed := true
-	if err := c.hub.ready(ctx); err != nil {
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-			return nil, s.gaveUp(parent, ctx, r, acquireReply{}, 0, start, err)
+	if err := c.hub.ready(attemptCtx); err != nil {
+		if attemptCtx.Err() != nil || errors.Is(err, ErrClosed) {
+			return nil, s.gaveUp(parent, ctx, r, acquireReply{}, 0, false, start, err)
 		}
 		subscribed = false
 		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
@@ -58,15 +65,19 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	}()
 
 	for attempt := 1; ; attempt++ {
-		l, rep, err := s.attempt(ctx, r)
+		l, rep, err := s.attempt(attemptCtx, r)
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, nil)
+		case err != nil && attemptCtx.Err() != nil:
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
 		case err != nil:
 			return nil, err
 		case l != nil:
 			queued = false // the grant took it out of the queue
 			return l, nil
+		}
+		answered = true
+		if ctx.Err() != nil { // the answer came after AcquireTimeout: full
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
 		}
 		if !queued {
 			queued = true
@@ -89,9 +100,9 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		case <-w.wake:
 		case <-fallback:
 		case <-ctx.Done():
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, nil)
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
 		case <-c.ctx.Done():
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, start, ErrClosed)
+			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, ErrClosed)
 		}
 		if fallback != nil && !timer.Stop() {
 			select {
@@ -115,12 +126,15 @@ func (s *Semaphore) leave(wait string) {
 	s.c.hub.wake(woken)
 }
 
-// gaveUp reports why a wait ended: our own timeout, the Client's Close,
-// or the caller's ctx.
-func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep acquireReply, attempts int, start time.Time, err error) error {
+// gaveUp reports why a wait ended: our own timeout (busy only if Redis
+// answered at all), the Client's Close, or the caller's ctx.
+func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep acquireReply, attempts int, answered bool, start time.Time, err error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
+	case parent.Err() == nil && !answered && errors.Is(context.Cause(ctx), errAcquireTimeout):
+		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
+			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
 	case parent.Err() == nil && errors.Is(context.Cause(ctx), errAcquireTimeout):
 		return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
 			Attempts: attempts, Waited: time.Since(start), timedOut: true}
