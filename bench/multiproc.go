@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redsem/redsem/limiter"
 )
 
 // workerEnv names the environment variable that turns the binary (the
@@ -106,15 +105,7 @@ func (l MultiLib) newLocker(p *Proc, key string, limit int64) (Locker, error) {
 	if l.Name != "redsem" {
 		return nil, fmt.Errorf("%s has no semaphore", l.Name)
 	}
-	c, err := p.Limiter()
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.Semaphore(key, limit, limiter.TTL(lockTTL))
-	if err != nil {
-		return nil, err
-	}
-	return redsemLocker(s.Acquire), nil
+	return redsemSemaphore(limit)(p, key)
 }
 
 func (l MultiLib) config(sc MultiScenario) string {

@@ -201,17 +201,23 @@ var ContendedLibs = []Lib{
 var SemaphoreLib = Lib{
 	Name:   "redsem",
 	Config: fmt.Sprintf("Semaphore limit %d, Acquire + Release; TTL 10s", semLimit),
-	New: func(p *Proc, key string) (Locker, error) {
+	New:    redsemSemaphore(semLimit),
+}
+
+// redsemSemaphore makes redsem Semaphores of limit permits, waiting with
+// Acquire.
+func redsemSemaphore(limit int64) func(*Proc, string) (Locker, error) {
+	return func(p *Proc, key string) (Locker, error) {
 		c, err := p.Limiter()
 		if err != nil {
 			return nil, err
 		}
-		s, err := c.Semaphore(key, semLimit, limiter.TTL(lockTTL))
+		s, err := c.Semaphore(key, limit, limiter.TTL(lockTTL))
 		if err != nil {
 			return nil, err
 		}
 		return redsemLocker(s.Acquire), nil
-	},
+	}
 }
 
 func redsemTry(opts ...limiter.Option) func(*Proc, string) (Locker, error) {

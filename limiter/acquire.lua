@@ -54,9 +54,7 @@ if st[4] then
       -- The retry may have queued meanwhile: its entry must not keep
       -- the room of those behind.
       if mine then
-        redis.call('HDEL', KEYS[2], '?' .. wait)
-        redis.call('ZREM', KEYS[3], wait)
-        for _, v in ipairs(wake_fitting(now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
+        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
       end
       return reply
     end
@@ -99,10 +97,7 @@ if not conflict and ahead and total + ahead + weight <= limit then
   if at then expire_keys(at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then
-    redis.call('ZREM', KEYS[3], wait)
-    redis.call('HDEL', KEYS[2], '?' .. wait)
-    -- Pass the turn on to those behind that fit in what is left.
-    for _, w in ipairs(wake_fitting(now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = w end
+    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
   end
   return reply
 end
@@ -111,11 +106,10 @@ local head = 0
 if wait ~= '' then
   if ahead == 0 then head = 1 end
   local wexp = now_ms + tonumber(ARGV[9])
+  local rec = ARGV[2] .. ':' .. fmt(wexp) .. ':' .. own
   if not mine then
     local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
     redis.call('ZADD', KEYS[3], seq, wait)
-    -- The queue key may be new: give it the keys' expiry.
-    local rec = fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own
     local at = next_keyexp(wexp, ttl, keyexp)
     if at then
       redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
@@ -127,7 +121,7 @@ if wait ~= '' then
       if keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
     end
   else
-    redis.call('HSET', KEYS[2], '?' .. wait, fmt(weight) .. ':' .. fmt(wexp) .. ':' .. own)
+    redis.call('HSET', KEYS[2], '?' .. wait, rec)
   end
 end
 return {0, earliest(now_ms, ttl), total, head}

@@ -263,7 +263,9 @@ func (c *Client) untrack(l *Lease) {
 	if c.leases[k] == l {
 		delete(c.leases, k)
 	}
-	c.endedLocked(k, l)
+	if l.given {
+		c.endedLocked(k, l)
+	}
 	c.mu.Unlock()
 }
 

@@ -171,6 +171,15 @@ local function wake_fitting(now_ms, free, own, limit)
   return mine
 end
 
+-- Takes wait out of the queue and passes its turn on to those behind that
+-- fit in free; returns the own waiters woken (none when wait was not
+-- queued).
+local function dequeue(wait, now_ms, free, own, limit)
+  if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
+  redis.call('HDEL', KEYS[2], '?' .. wait)
+  return wake_fitting(now_ms, free, own, limit)
+end
+
 -- Sums the weights of the live waiters queued ahead of wait (of every
 -- waiter when wait is not queued): those permits are spoken for, but for
 -- those heavier than the limit, which can never be served. Returns nil

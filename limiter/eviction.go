@@ -104,7 +104,7 @@ func isUnreachable(err error) bool {
 func (s *redisStore) evicting(ctx context.Context) (string, error) {
 	var mu sync.Mutex
 	var found []string
-	check := func(ctx context.Context, c redis.UniversalClient) error {
+	err := s.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
@@ -115,13 +115,7 @@ func (s *redisStore) evicting(ctx context.Context) (string, error) {
 			mu.Unlock()
 		}
 		return nil
-	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-	} else {
-		err = check(ctx, s.rdb)
-	}
+	})
 	return strings.Join(found, "; "), err
 }
 

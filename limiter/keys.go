@@ -11,11 +11,20 @@ type keyspace struct {
 }
 
 // tagEscaper makes any name safe inside a hash tag: a '}' would end the tag
-// early, and escaping '%' keeps the mapping one-to-one.
+// early, and escaping '%' keeps the mapping one-to-one (tagUnescaper
+// undoes it).
 var (
 	tagEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 	tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 )
+
+// stateSuffix ends the state key, which every used semaphore has.
+const stateSuffix = "}:state"
+
+func newKeyspace(prefix, name string, limit int64) keyspace {
+	tag := prefix + "{" + tagEscaper.Replace(name)
+	return keyspace{keys: []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}, limit: limit}
+}
 
 // statePattern is the SCAN pattern of the state keys of the names that
 // match the glob match.
@@ -26,9 +35,13 @@ func statePattern(prefix, match string) string {
 	return prefix + "{" + tagEscaper.Replace(match) + stateSuffix
 }
 
-func newKeyspace(prefix, name string, limit int64) keyspace {
-	base := prefix + "{" + tagEscaper.Replace(name) + "}"
-	return keyspace{keys: []string{base + ":leases", base + ":state", base + ":queue"}, limit: limit}
+// nameOfStateKey undoes newKeyspace for a state key.
+func nameOfStateKey(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 || !strings.HasSuffix(key, stateSuffix) {
+		return "", false
+	}
+	return tagUnescaper.Replace(key[open+1 : len(key)-len(stateSuffix)]), true
 }
 
 // id is what the keyspace is known by in maps: its first key.

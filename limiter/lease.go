@@ -26,6 +26,7 @@ var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 type Lease struct {
 	sem    *Semaphore
 	id     string
+	given  bool // the id came from the caller, who may ask for it again (givenids.go)
 	token  string
 	weight int64
 	ttl    time.Duration
@@ -48,13 +49,13 @@ type Lease struct {
 // deadline already passed (ErrLeaseLost: a reply that slow is of no use)
 // or the Client's Close began (ErrClosed: Close releases only the leases
 // it found).
-func newLease(parent context.Context, s *Semaphore, id string, r acquireReply, sent time.Time) (*Lease, error) {
+func newLease(parent context.Context, s *Semaphore, id string, given bool, r acquireReply, sent time.Time) (*Lease, error) {
 	deadline := sent.Add(s.cfg.ttl - s.cfg.drift(s.cfg.ttl))
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
-	l := &Lease{sem: s, id: id, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
+	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent}
 	if !s.c.track(l) { // before the watchdog, whose end untracks it
 		cancel(ErrClosed)
@@ -146,9 +147,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil") // the lease stays held
 	}
-	// Until Redis has removed it, no attempt of this Client may reclaim
-	// the lease as its own.
-	defer l.sem.c.releasing(l)()
+	if l.given {
+		// Until Redis has removed it, no attempt of this Client may
+		// reclaim the lease as its own. (A made-up id is never asked for
+		// again, so never reclaimed.)
+		defer l.sem.c.releasing(l)()
+	}
 	live := l.endLive(errReleased)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sem.cfg.releaseTimeout)
 	defer cancel()

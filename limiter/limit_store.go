@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,14 +29,11 @@ func (s *redisStore) fleetLimit(ctx context.Context, k keyspace) (int64, error) 
 	return strconv.ParseInt(v, 10, 64)
 }
 
-// stateSuffix ends the key that every used semaphore has (keys.go).
-const stateSuffix = "}:state"
-
 func (s *redisStore) names(ctx context.Context, pattern string) ([]string, error) {
-	var mu sync.Mutex // ForEachMaster scans the masters in parallel
+	var mu sync.Mutex
 	seen := map[string]bool{}
 	var out []string
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
+	err := s.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for it.Next(ctx) {
 			name, ok := nameOfStateKey(it.Val())
@@ -49,24 +45,17 @@ func (s *redisStore) names(ctx context.Context, pattern string) ([]string, error
 			mu.Unlock()
 		}
 		return it.Err()
-	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
+	})
 	return out, err
 }
 
-// nameOfStateKey undoes newKeyspace for a state key "<prefix>{<escaped
-// name>}:state".
-func nameOfStateKey(key string) (string, bool) {
-	open := strings.IndexByte(key, '{')
-	if open < 0 || !strings.HasSuffix(key, stateSuffix) {
-		return "", false
+// eachMaster runs fn on every master of a Cluster, in parallel (so fn
+// locks what it shares), or once on any other deployment.
+func (s *redisStore) eachMaster(ctx context.Context, fn func(ctx context.Context, c redis.UniversalClient) error) error {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
 	}
-	return tagUnescaper.Replace(key[open+1 : len(key)-len(stateSuffix)]), true
+	return fn(ctx, s.rdb)
 }
 
 func (s *redisStore) waiters(ctx context.Context, k keyspace, max int) ([]Waiter, error) {

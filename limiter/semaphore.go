@@ -156,28 +156,18 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	if !rep.granted {
 		return nil, rep, nil
 	}
-	l, lerr := newLease(ctx, s, r.id, rep, sent)
+	l, lerr := newLease(ctx, s, r.id, r.idGiven, rep, sent)
 	if lerr != nil {
-		s.giveBack(r.id, rep.token, lerr)
+		s.forget(r.id, rep.token) // before returning: the caller, or Close, sees the permits free
 		return nil, rep, fmt.Errorf("limiter: acquire %q: %w", s.name, lerr)
 	}
 	return l, rep, nil
 }
 
-// giveBack releases a grant that newLease refused (why), by its token so
-// that a later lease of the id is never touched: in the background for a
-// late reply, before returning once Close began (so that Close, or the
-// caller after it, sees the permits free).
-func (s *Semaphore) giveBack(id, token string, why error) {
-	if errors.Is(why, ErrClosed) {
-		s.forget(id, token)
-		return
-	}
-	s.c.spawn(func() { s.forget(id, token) })
-}
-
-// forget releases a lease that has no Lease, bounded by ReleaseTimeout
-// and not by the Client's life: Close waits for it.
+// forget releases a lease that has no Lease (a grant newLease refused, or
+// one a lost reply may have made), by its token when known so that a later
+// lease of the id is never touched. It is bounded by ReleaseTimeout and
+// not by the Client's life, so it also works once Close began.
 func (s *Semaphore) forget(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
@@ -227,9 +217,9 @@ func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 	if !rep.granted {
 		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
 	}
-	l, lerr := newLease(ctx, s, t.ID, rep, sent)
+	l, lerr := newLease(ctx, s, t.ID, true, rep, sent)
 	if lerr != nil {
-		s.giveBack(t.ID, rep.token, lerr)
+		s.forget(t.ID, rep.token)
 		return nil, fmt.Errorf("limiter: resume %q: %w", s.name, lerr)
 	}
 	return l, nil
@@ -268,7 +258,10 @@ func (s *Semaphore) checkTicket(t Ticket) error {
 	return nil
 }
 
-// Holders lists the live leases as Redis sees them (read-only).
+// Holders lists the live leases as Redis sees them (read-only; on a
+// Redlock Client, those a quorum of nodes holds). A nil ctx gives an
+// *ArgumentError; a Redis failure, or ctx ending first, is returned
+// wrapped.
 func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
@@ -282,7 +275,8 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
 
 // Available returns how many permits are free now under the effective
 // limit (see EffectiveLimit; never negative). It is a snapshot: use
-// TryAcquire to take them.
+// TryAcquire to take them. Errors are those of EffectiveLimit and
+// Holders.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	limit, _, err := s.EffectiveLimit(ctx)
 	if err != nil {
