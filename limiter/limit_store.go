@@ -11,7 +11,7 @@ import (
 )
 
 func (s *redisStore) setLimit(ctx context.Context, k keyspace, n int64, own string, ttl time.Duration) ([]string, error) {
-	v, err := setLimitScript.Run(ctx, s.rdb, k.keys, n, own, ttl.Milliseconds(), k.limit).Slice()
+	v, err := setLimitScript.Run(ctx, s.rdb, k.keys, n, own, ttl.Milliseconds()).Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -235,3 +235,46 @@ func TestLoweredLimitBelowAQueuedWeight(t *testing.T) {
 		_ = l.Release(ctx)
 	})
 }
+
+// Clearing a fleet limit lets waiters try again under their own limits at
+// once, whatever the limit of the Semaphore that clears it.
+func TestClearingTheLimitWakesWaiters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 20*time.Second)
+		name := uniqueName(b, "clear")
+		three, _ := newSemaphore(t, b.client(t), name, 3)
+		one, _ := newSemaphore(t, b.client(t), name, 1)
+		if err := one.SetLimit(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		held, err := three.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := three.Acquire(ctx)
+			if err == nil {
+				_ = l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // queued behind the holder
+		start := time.Now()
+		if err := one.SetLimit(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 250*time.Millisecond {
+				t.Fatalf("the waiter came %v after the clear", d)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("clearing the limit (by a Semaphore of limit 1) left a waiter of limit 3 asleep")
+		}
+		_ = held.Release(ctx)
+	})
+}

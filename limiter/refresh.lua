@@ -52,8 +52,8 @@ if #ARGV >= base + 1 then
   local set = {}
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
-  local limit = tonumber(st[3]) or math.huge
-  local free = (tonumber(st[3]) or 0) - ((tonumber(st[2]) or 0) - sweep(now_ms))
+  local limit = tonumber(st[3]) or math.huge -- none recorded: let the queue try
+  local free = limit - ((tonumber(st[2]) or 0) - sweep(now_ms))
   local fits = nil -- the ids whose turn it is, found once
   for i = 1, #waits do
     local r = 0

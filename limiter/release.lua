@@ -25,6 +25,8 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], field)
 redis.call('HSET', KEYS[2], 'total', fmt(total))
 if ARGV[4] == '1' then
-  for _, v in ipairs(wake_fitting(now, (tonumber(st[3]) or w) - total, ARGV[3], tonumber(st[3]) or math.huge)) do reply[#reply + 1] = v end
+  -- No recorded limit (a fleet limit was just cleared): let the queue try.
+  local limit = tonumber(st[3]) or math.huge
+  for _, v in ipairs(wake_fitting(now, limit - total, ARGV[3], limit)) do reply[#reply + 1] = v end
 end
 return reply

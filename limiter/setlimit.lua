@@ -1,8 +1,6 @@
 -- ARGV: n (the fleet-wide limit; '0' clears it), own wake channel,
 --       ttl_ms (the caller's: when cleared, the keys expire again after
---       it, or after the last lease, whichever is later), the caller's
---       own limit (when cleared, the limit releases wake by until the
---       next grant records its own)
+--       it, or after the last lease, whichever is later)
 -- Stores a limit that overrides every Semaphore's own, for every process.
 -- Lowering it evicts nobody: grants wait until the permits in use fit.
 -- Raising it wakes at once the waiters that now fit. While it is set the
@@ -19,10 +17,13 @@ if n == 0 then
   local until_ms = now + tonumber(ARGV[3])
   if #last > 0 then until_ms = math.max(until_ms, tonumber(last[2])) end
   local at = fmt(until_ms + 1000)
-  redis.call('HSET', KEYS[2], 'keyexp', at, 'limit', ARGV[4])
+  -- Each process's own limit applies again, which no script knows until
+  -- the next grant records its own: forget the recorded one and let the
+  -- queue try (releases meanwhile wake as for an unknown limit).
+  redis.call('HDEL', KEYS[2], 'limit')
+  redis.call('HSET', KEYS[2], 'keyexp', at)
   expire_keys(at)
-  local own_limit = tonumber(ARGV[4])
-  return wake_fitting(nil, own_limit - total, ARGV[2], own_limit)
+  return wake_fitting(nil, math.huge, ARGV[2], math.huge)
 end
 redis.call('HSET', KEYS[2], 'cap', ARGV[1], 'limit', ARGV[1], 'keyexp', 'inf')
 redis.call('PERSIST', KEYS[1])
