@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -30,8 +31,11 @@ type ServerConfig struct {
 	// (see the package doc).
 	Key func(r *http.Request) (key string, ok bool)
 	// Weight, when set, gives the permits a request takes (default 1).
-	// A weight outside [1, Limit] is a programming error: the request is
-	// answered 500 Internal Server Error and the error is logged.
+	// A weight the semaphore refuses is a misconfiguration: outside
+	// [1, Limit] (refused before anything is sent to Redis), or above a
+	// fleet-wide limit stored with limiter.Semaphore.SetLimit. The
+	// request is answered 500 Internal Server Error and the limiter's
+	// *ArgumentError is logged.
 	Weight func(r *http.Request) int64
 	// MaxWait bounds how long a request waits for a permit (woken by a
 	// release, not by polling), and the request's own context bounds it
@@ -48,8 +52,9 @@ type ServerConfig struct {
 	// limiter.Client was made with. MaxWait overrides their
 	// AcquireTimeout and AttemptsLimit.
 	LimiterOptions []limiter.Option
-	// Logger receives failed releases, lost leases, Redis failures and
-	// bad weights (default slog.Default()).
+	// Logger receives failed releases, Redis failures and refused
+	// weights (default slog.Default()). Lost leases are logged by the
+	// limiter (limiter.Logger).
 	Logger *slog.Logger
 }
 
@@ -89,6 +94,7 @@ type ConfigError struct {
 	Field  string // e.g. "Name", "Limit", "BusyStatus"
 	Value  any
 	Reason string
+	err    error // the limiter's *ArgumentError it restates, if any
 }
 
 // Error says which field is wrong and why.
@@ -99,11 +105,18 @@ func (e *ConfigError) Error() string {
 // Is makes errors.Is(err, limiter.ErrInvalidArgument) true.
 func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvalidArgument }
 
+// Unwrap returns the limiter's *ArgumentError for a Name or Limit that
+// limiter.Client.Semaphore refused, else nil.
+func (e *ConfigError) Unwrap() error { return e.err }
+
+// configFields are the config's fields that Client.Semaphore validates,
+// by the names of its arguments.
+var configFields = map[string]string{"name": "Name", "limit": "Limit"}
+
 // common is what the middleware and the transport share: validated
 // fields, the semaphore options and the semaphore cache.
 type common struct {
 	name    string
-	limit   int64
 	maxWait time.Duration // < 0: TryAcquire
 	logger  *slog.Logger
 	sems    *semaphores
@@ -111,17 +124,13 @@ type common struct {
 
 // newCommon validates what both configs have and makes the semaphore
 // cache. A probe semaphore (Client.Semaphore sends nothing to Redis)
-// reports a bad limit or limiter option, or a closed client, now rather
-// than on the first request.
+// reports a bad name, limit or limiter option, or a closed client, now
+// rather than on the first request; a bad Name or Limit as a
+// *ConfigError wrapping the limiter's *ArgumentError.
 func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Duration,
 	lopts []limiter.Option, logger *slog.Logger) (common, error) {
-	switch {
-	case client == nil:
+	if client == nil {
 		return common{}, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
-	case name == "":
-		return common{}, &ConfigError{Field: "Name", Value: `""`, Reason: "must not be empty"}
-	case limit < 1:
-		return common{}, &ConfigError{Field: "Limit", Value: limit, Reason: "must be >= 1"}
 	}
 	if maxWait == 0 {
 		maxWait = DefaultMaxWait
@@ -132,8 +141,13 @@ func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Du
 	// MaxWait alone (with the request's context) bounds the wait.
 	opts := append(slices.Clone(lopts), limiter.AcquireTimeout(max(maxWait, 0)), limiter.AttemptsLimit(0))
 	if _, err := client.Semaphore(name, limit, opts...); err != nil {
+		var ae *limiter.ArgumentError
+		if errors.As(err, &ae) {
+			if field, ok := configFields[ae.Arg]; ok {
+				return common{}, &ConfigError{Field: field, Value: ae.Value, Reason: ae.Reason, err: ae}
+			}
+		}
 		return common{}, fmt.Errorf("httplimit: %w", err)
 	}
-	return common{name: name, limit: limit, maxWait: maxWait, logger: logger,
-		sems: newSemaphores(client, limit, opts)}, nil
+	return common{name: name, maxWait: maxWait, logger: logger, sems: newSemaphores(client, limit, opts)}, nil
 }

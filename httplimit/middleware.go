@@ -27,7 +27,9 @@ import (
 // request whose own context ends while it waits (the client went away),
 // a Redis failure and a closed client are answered 503 Service
 // Unavailable without Retry-After (the latter two logged); the permit
-// is never granted without Redis saying so.
+// is never granted without Redis saying so. A weight the semaphore
+// refuses (see ServerConfig.Weight) is answered 500 Internal Server
+// Error and logged; the handler does not run.
 //
 // The handler runs under the lease (limiter.Lease.Run), and
 // limiter.LeaseFrom(r.Context()) gives it the lease, e.g. for its
@@ -80,12 +82,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 		}
 		weight := int64(1)
 		if m.weight != nil {
-			if weight = m.weight(r); weight < 1 || weight > m.limit {
-				m.logger.Error("httplimit: Weight returned a weight outside [1, Limit]", "semaphore", name,
-					"weight", weight, "limit", m.limit, "method", r.Method, "path", r.URL.Path)
-				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
-				return
-			}
+			weight = m.weight(r)
 		}
 		sem, err := m.sems.get(name)
 		if err != nil {
@@ -95,12 +92,19 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 		lease, err := m.acquire(r.Context(), sem, limiter.Weight(weight))
 		if err != nil {
 			var busy *limiter.BusyError
-			if errors.As(err, &busy) {
+			switch {
+			case errors.As(err, &busy):
 				w.Header().Set("Retry-After", retryAfter(busy.RetryIn))
 				http.Error(w, http.StatusText(m.busy), m.busy)
-				return
+			case errors.Is(err, limiter.ErrInvalidArgument):
+				// The weight is outside [1, Limit], or above a fleet-wide
+				// limit: no wait would help.
+				m.logger.Error("httplimit: the semaphore refused the weight", "semaphore", name,
+					"weight", weight, "method", r.Method, "path", r.URL.Path, "err", err)
+				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			default:
+				m.unavailable(w, r, name, err)
 			}
-			m.unavailable(w, r, name, err)
 			return
 		}
 		m.run(w, r, next, lease, name)

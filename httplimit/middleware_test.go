@@ -362,8 +362,10 @@ func TestBadConfig(t *testing.T) {
 		LimiterOptions: []limiter.Option{limiter.TTL(-1)}}); !errors.As(err, &ae) || ae.Arg != "TTL" {
 		t.Fatalf("bad TTL: %v", err)
 	}
-	if _, err := httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1 << 50}); !errors.As(err, &ae) || ae.Arg != "limit" {
-		t.Fatalf("huge limit: %v", err)
+	var ce *httplimit.ConfigError
+	if _, err := httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1 << 50}); !errors.As(err, &ae) || ae.Arg != "limit" ||
+		!errors.As(err, &ce) || ce.Field != "Limit" {
+		t.Fatalf("huge limit: %v, want a *ConfigError for Limit wrapping the limiter's *ArgumentError", err)
 	}
 	closed, err := limiter.New(e.rdb)
 	if err != nil {
@@ -374,5 +376,24 @@ func TestBadConfig(t *testing.T) {
 	}
 	if _, err := httplimit.Middleware(closed, httplimit.ServerConfig{Name: "x", Limit: 1}); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("closed client: %v", err)
+	}
+}
+
+// A weight above a fleet-wide limit stored with SetLimit can never be
+// served: 500 at once, not a wait, and the handler does not run.
+func TestMiddlewareWeightAboveFleetLimit(t *testing.T) {
+	e := newEnv(t)
+	if err := sem(t, e.other(t), "fleet", 3).SetLimit(ctxT(t, 5*time.Second), 1); err != nil {
+		t.Fatal(err)
+	}
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "fleet", Limit: 3, MaxWait: 10 * time.Second,
+		Weight: func(*http.Request) int64 { return 2 }},
+		func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") })
+	start := time.Now()
+	if got := get(t, httpClient(t, nil), srv.URL).StatusCode; got != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", got)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("answered after %v: it waited", d)
 	}
 }

@@ -110,7 +110,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			cancel(err)
 		}
 	})
-	h := &held{t: t, name: name, lease: lease, ctx: req.Context(), stop: stop, cancel: cancel}
+	h := &held{t: t, name: name, lease: lease, stop: stop, cancel: cancel}
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		h.finish()
@@ -180,8 +180,7 @@ type held struct {
 	t      *Transport
 	name   string
 	lease  *limiter.Lease
-	ctx    context.Context // the request's: values for the release
-	stop   func() bool     // stops the loss watch
+	stop   func() bool // stops the loss watch
 	cancel context.CancelCauseFunc
 	once   sync.Once
 }
@@ -198,7 +197,9 @@ func (h *held) finish() {
 			// back.
 			return
 		}
-		if err := h.lease.Release(h.ctx); err != nil && !errors.Is(err, limiter.ErrNotHeld) {
+		// The lease's Context carries the request's values; Release
+		// detaches from its cancellation.
+		if err := h.lease.Release(h.lease.Context()); err != nil && !errors.Is(err, limiter.ErrNotHeld) {
 			h.t.logger.Warn("httplimit: release failed; the permit comes back at the TTL",
 				"semaphore", h.name, "id", h.lease.ID(), "err", err)
 		}

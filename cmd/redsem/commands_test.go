@@ -399,3 +399,31 @@ func TestInspectGrantBetweenReads(t *testing.T) {
 		t.Errorf("read the holders %d times and the queue %d times, want 2 and 3", g.holderReads, g.queueReads)
 	}
 }
+
+// Clearing a fleet limit wakes at once the waiters that fit under their
+// own process's limit: redsem's made-up limit must not hold them back.
+func TestLimitClearWakesWaiters(t *testing.T) {
+	f := newFixture(t)
+	jobs := f.sem(t, "jobs", 3, limiter.AcquireTimeout(0))
+	if err := jobs.SetLimit(f.ctx(), 1); err != nil {
+		t.Fatal(err)
+	}
+	f.hold(t, jobs, "a", 1)
+	granted := make(chan *limiter.Lease, 1)
+	go func() {
+		if l, err := jobs.Acquire(f.ctx()); err == nil {
+			granted <- l
+		}
+	}()
+	redistest.Eventually(t, 5*time.Second, "a waiter in the queue", func() bool {
+		ws, err := jobs.Waiters(f.ctx())
+		return err == nil && len(ws) == 1
+	})
+	f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 0, false) })
+	select {
+	case l := <-granted:
+		l.Release(f.ctx())
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("the waiter was not granted within 500ms of the fleet limit being cleared")
+	}
+}

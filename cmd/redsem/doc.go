@@ -64,7 +64,8 @@
 //
 // limit NAME N never evicts holders: when the new limit is below the
 // permits in use, holders keep them and new grants wait until the permits
-// in use fit.
+// in use fit. limit NAME 0 wakes the waiters at once, and each is granted
+// or waits on under its own process's limit.
 //
 // release removes the lease by its current fencing token, as Redis lists
 // it, and frees its permits for the next waiter at once. The holding

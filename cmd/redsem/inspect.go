@@ -54,30 +54,41 @@ const inspectTries = 3
 // script, so when the queue is the same on both sides of the holders no
 // waiter listed was granted while they were read.
 func inspect(ctx context.Context, c *limiter.Client, name string) (semState, error) {
-	// The constructor's limit does not matter for reading: EffectiveLimit
-	// says whether a fleet limit overrides it.
-	sem, err := c.Semaphore(name, 1)
+	sem, err := semOf(c, name)
 	if err != nil {
 		return semState{}, err
 	}
 	return inspectSem(ctx, name, sem)
 }
 
+// anyLimit is the largest limit the limiter accepts (2^40).
+const anyLimit = 1 << 40
+
+// semOf returns the Semaphore of name that redsem reads, sets the fleet
+// limit of and releases leases of. It never acquires, so its own limit
+// is made up: the largest, because ReleaseTicket refuses a ticket heavier
+// than it. Reads ignore it: EffectiveLimit says whether a fleet limit
+// overrides it.
+func semOf(c *limiter.Client, name string) (*limiter.Semaphore, error) {
+	return c.Semaphore(name, anyLimit)
+}
+
 // semReader is what inspect reads of a *limiter.Semaphore.
 type semReader interface {
-	EffectiveLimit(ctx context.Context) (int64, bool, error)
+	limitReader
 	Waiters(ctx context.Context) ([]limiter.Waiter, error)
 	Holders(ctx context.Context) ([]limiter.Holder, error)
 }
 
+type limitReader interface {
+	EffectiveLimit(ctx context.Context) (int64, bool, error)
+}
+
 func inspectSem(ctx context.Context, name string, sem semReader) (semState, error) {
 	st := semState{Name: name, Holders: []holderInfo{}, Waiters: []waiterInfo{}}
-	limit, fleet, err := sem.EffectiveLimit(ctx)
-	if err != nil {
+	var err error
+	if st.FleetLimit, err = fleetLimitOf(ctx, sem); err != nil {
 		return st, err
-	}
-	if fleet {
-		st.FleetLimit = &limit
 	}
 	ws, err := sem.Waiters(ctx)
 	if err != nil {
@@ -101,12 +112,35 @@ func inspectSem(ctx context.Context, name string, sem semReader) (semState, erro
 	for _, w := range ws {
 		st.Waiters = append(st.Waiters, waiterInfo{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds()})
 	}
-	for _, h := range hs {
-		st.InUse += h.Weight
-		st.Holders = append(st.Holders, holderInfo{ID: h.ID, Weight: h.Weight, Token: h.Token, TTLms: h.TTL.Milliseconds()})
-	}
-	slices.SortFunc(st.Holders, func(a, b holderInfo) int { return cmp.Compare(a.Token, b.Token) })
+	st.Holders, st.InUse = holdersOf(hs)
 	return st, nil
+}
+
+// fleetLimitOf reads sem's fleet limit: nil when none is set. The
+// Semaphore's own limit is not the processes' (redsem makes it up), so
+// only a fleet limit is reported.
+func fleetLimitOf(ctx context.Context, sem limitReader) (*int64, error) {
+	limit, fleet, err := sem.EffectiveLimit(ctx)
+	if err != nil || !fleet {
+		return nil, err
+	}
+	return &limit, nil
+}
+
+// holdersOf lists hs oldest grant (lowest fencing token) first, and the
+// permits they hold.
+func holdersOf(hs []limiter.Holder) (infos []holderInfo, inUse int64) {
+	infos = make([]holderInfo, 0, len(hs))
+	for _, h := range hs {
+		inUse += h.Weight
+		infos = append(infos, holderOf(h))
+	}
+	slices.SortFunc(infos, func(a, b holderInfo) int { return cmp.Compare(a.Token, b.Token) })
+	return infos, inUse
+}
+
+func holderOf(h limiter.Holder) holderInfo {
+	return holderInfo{ID: h.ID, Weight: h.Weight, Token: h.Token, TTLms: h.TTL.Milliseconds()}
 }
 
 // noFleetLimit is what show and limit say when no fleet limit is set.

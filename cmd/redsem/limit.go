@@ -28,11 +28,11 @@ type setLimitResult struct {
 // readLimit prints the limit that name's grants obey when it is a fleet
 // limit, and "-" when none is set.
 func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	sem, err := c.Semaphore(name, 1)
+	sem, err := semOf(c, name)
 	if err != nil {
 		return err
 	}
-	r, err := fleetLimit(ctx, sem)
+	r, err := readLimitInfo(ctx, sem)
 	if err != nil {
 		return err
 	}
@@ -47,40 +47,37 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 	return err
 }
 
-// fleetLimit reads sem's fleet limit. The Semaphore's own limit is not
-// the processes' (redsem makes it up), so only a fleet limit is reported.
-func fleetLimit(ctx context.Context, sem *limiter.Semaphore) (limitInfo, error) {
-	r := limitInfo{Name: sem.Name()}
-	limit, fleet, err := sem.EffectiveLimit(ctx)
-	if err != nil {
-		return r, err
-	}
-	if fleet {
-		r.FleetLimit, r.Fleet = &limit, true
-	}
-	return r, nil
+func readLimitInfo(ctx context.Context, sem *limiter.Semaphore) (limitInfo, error) {
+	l, err := fleetLimitOf(ctx, sem)
+	return limitInfo{Name: sem.Name(), FleetLimit: l, Fleet: l != nil}, err
 }
 
 // setLimit stores n as the fleet-wide limit of name (0 clears it), reads
-// it back and says what it replaced. Holders are never evicted: above the
-// new limit, new grants wait until the permits in use fit.
+// it back and says what it replaced and how many permits were in use.
+// Holders are never evicted: above the new limit, new grants wait until
+// the permits in use fit.
 func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, n int64, asJSON bool) error {
-	before, err := inspect(ctx, c, name)
+	sem, err := semOf(c, name)
 	if err != nil {
 		return err
 	}
-	sem, err := c.Semaphore(name, 1)
+	previous, err := fleetLimitOf(ctx, sem)
+	if err != nil {
+		return err
+	}
+	hs, err := sem.Holders(ctx)
 	if err != nil {
 		return err
 	}
 	if err := sem.SetLimit(ctx, n); err != nil {
 		return err
 	}
-	after, err := fleetLimit(ctx, sem)
+	after, err := readLimitInfo(ctx, sem)
 	if err != nil {
 		return err
 	}
-	r := setLimitResult{limitInfo: after, Previous: before.FleetLimit, InUse: before.InUse}
+	_, inUse := holdersOf(hs)
+	r := setLimitResult{limitInfo: after, Previous: previous, InUse: inUse}
 	if asJSON {
 		return writeJSON(w, r)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"text/tabwriter"
 
@@ -26,12 +25,10 @@ const lsParallel = 16
 // ls lists the semaphores under the Client's prefix whose names match the
 // glob pattern ("" = all), sorted by name.
 func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJSON bool) error {
-	names, err := c.Names(ctx, pattern)
+	names, err := c.Names(ctx, pattern) // sorted
 	if err != nil {
 		return err
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
 	entries := make([]lsEntry, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup

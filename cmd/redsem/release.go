@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/redsem/redsem/limiter"
 )
@@ -20,25 +21,19 @@ type releaseResult struct {
 // between is left alone. Its permits go to the next waiter at once; the
 // holder learns of the loss at its next refresh.
 func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id string, asJSON bool) error {
-	st, err := inspect(ctx, c, name)
+	sem, err := semOf(c, name)
 	if err != nil {
 		return err
 	}
-	var h *holderInfo
-	for i := range st.Holders {
-		if st.Holders[i].ID == id {
-			h = &st.Holders[i]
-		}
-	}
-	if h == nil {
-		return fmt.Errorf("%s has no lease with id %q (%d holders: see redsem show %s)", name, id, len(st.Holders), name)
-	}
-	// ReleaseTicket refuses a weight above the Semaphore's limit, which
-	// here only has to fit the ticket.
-	sem, err := c.Semaphore(name, h.Weight)
+	hs, err := sem.Holders(ctx)
 	if err != nil {
 		return err
 	}
+	i := slices.IndexFunc(hs, func(h limiter.Holder) bool { return h.ID == id })
+	if i < 0 {
+		return fmt.Errorf("%s has no lease with id %q (%d holders: see redsem show %s)", name, id, len(hs), name)
+	}
+	h := holderOf(hs[i])
 	err = sem.ReleaseTicket(ctx, limiter.Ticket{Name: name, ID: id, Weight: h.Weight, Token: h.Token})
 	if errors.Is(err, limiter.ErrNotHeld) {
 		return fmt.Errorf("lease %q of %s expired or changed hands (token %d) before it could be released: nothing removed", id, name, h.Token)
@@ -47,7 +42,7 @@ func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id strin
 		return err
 	}
 	if asJSON {
-		return writeJSON(w, releaseResult{Name: name, Released: *h})
+		return writeJSON(w, releaseResult{Name: name, Released: h})
 	}
 	_, err = fmt.Fprintf(w, "%s: released lease %s (weight %d, token %d, %s left); its holder learns of the loss at its next refresh\n",
 		name, id, h.Weight, h.Token, ttlText(h.TTLms))

@@ -22,7 +22,8 @@ func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJS
 	return writeState(w, st)
 }
 
-// writeState is the text of show, and a screen of watch.
+// writeState is the text of show, and a screen of watch. One tabwriter
+// aligns the three parts apart: a line without a tab ends a column block.
 func writeState(w io.Writer, st semState) error {
 	limit := limitText(st.FleetLimit) + " (fleet)"
 	if st.FleetLimit == nil {
@@ -34,30 +35,17 @@ func writeState(w io.Writer, st semState) error {
 	fmt.Fprintf(tw, "in use:\t%d\n", st.InUse)
 	fmt.Fprintf(tw, "holders:\t%d\n", len(st.Holders))
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
 	if len(st.Holders) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tWEIGHT\tTOKEN\tTTL")
+		fmt.Fprintln(tw, "\nID\tWEIGHT\tTOKEN\tTTL")
 		for _, h := range st.Holders {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", h.ID, h.Weight, h.Token, ttlText(h.TTLms))
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
 	}
 	if len(st.Waiters) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "QUEUE\tWAIT ID\tWEIGHT\tTTL")
+		fmt.Fprintln(tw, "\nQUEUE\tWAIT ID\tWEIGHT\tTTL")
 		for i, q := range st.Waiters {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", i+1, q.ID, q.Weight, ttlText(q.TTLms))
 		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
 	}
-	return nil
+	return tw.Flush()
 }

@@ -50,13 +50,11 @@ const (
 // in place at every poll, so the TTLs count down; otherwise it writes a
 // line (or with o.json a JSON object) only when something other than the
 // TTLs changed: the limit, a holder (id, weight, token) or a waiter (id,
-// weight). The first poll's error is returned (a wrong address or name
-// should not leave an operator staring at a screen); a later one is shown
-// as a change, and polling goes on.
+// weight). o.interval must be > 0 (parse checks -interval). The first
+// poll's error is returned (a wrong address or name should not leave an
+// operator staring at a screen); a later one is shown as a change, and
+// polling goes on.
 func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o watchOptions) error {
-	if o.interval <= 0 {
-		return usagef("-interval must be > 0")
-	}
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
 	last := ""
@@ -99,10 +97,7 @@ func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Dura
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := inspect(pctx, c, name)
-	if err != nil && pctx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("%w (gave up after -timeout %v)", err, timeout)
-	}
-	return st, err
+	return st, withTimeout(pctx, err, timeout)
 }
 
 // changeKey is what watch compares between polls: the state without its
