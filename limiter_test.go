@@ -29,30 +29,22 @@ const (
 	handler   = 2500 * time.Millisecond
 )
 
+// TestMain runs the test binary as one of the child processes (see
+// start) when redistest.ChildEnv names it; otherwise it runs the tests.
 func TestMain(m *testing.M) {
-	switch role := os.Getenv("REDSEM_E2E_ROLE"); role {
-	case "scheduler":
-		runScheduler(os.Getenv("REDSEM_E2E_ADDR"))
-	case "worker":
-		runWorker(os.Getenv("REDSEM_E2E_ADDR"), os.Getenv("REDSEM_E2E_NAME"))
-	default:
-		os.Exit(m.Run())
-	}
+	redistest.Main(m, map[string]func() int{"scheduler": child(schedulerProcess), "worker": child(workerProcess)})
 }
 
-// runScheduler and runWorker are the child processes: each makes its own
-// limiter Client and, on SIGTERM, stops and closes it before exiting.
-func runScheduler(addr string) {
-	if err := schedulerProcess(addr); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-}
-
-func runWorker(addr, name string) {
-	if err := workerProcess(addr, name); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
+// child is the main of a child process: fn with the Redis address and
+// name that start gave it. Each makes its own limiter Client and, on
+// SIGTERM, stops and closes it before exiting; an error exits with code 1.
+func child(fn func(addr, name string) error) func() int {
+	return func() int {
+		if err := fn(os.Getenv("REDSEM_E2E_ADDR"), os.Getenv("REDSEM_E2E_NAME")); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		return 0
 	}
 }
 
@@ -75,7 +67,7 @@ func withLimiter(addr string, fn func(rdb *redis.Client, lc *limiter.Client) err
 	return fn(rdb, lc)
 }
 
-func schedulerProcess(addr string) error {
+func schedulerProcess(addr, _ string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return withLimiter(addr, func(_ *redis.Client, lc *limiter.Client) error {
@@ -97,6 +89,21 @@ func schedulerProcess(addr string) error {
 	})
 }
 
+// beginRun counts a run of the job in e2e:running and says which worker
+// (ARGV[1]) runs which tick (ARGV[2]), at once: the test reads the three
+// together. It returns the runs in progress.
+var beginRun = redis.NewScript(`
+local n = redis.call('INCR', 'e2e:running')
+redis.call('MSET', 'e2e:running-on', ARGV[1], 'e2e:running-id', ARGV[2])
+return n`)
+
+// endRun counts the run of tick ARGV[1] as ended, once: by its handler,
+// or by the test for a handler it killed, whichever comes first (the
+// victim may have finished just before the kill).
+var endRun = redis.NewScript(`
+if redis.call('SET', 'e2e:ended:' .. ARGV[1], ARGV[2], 'NX') then return redis.call('DECR', 'e2e:running') end
+return false`)
+
 // workerProcess's handler records, in Redis and independently of the
 // library, how many runs of the job overlap and which ticks ran.
 func workerProcess(addr, name string) error {
@@ -114,17 +121,16 @@ func workerProcess(addr, name string) error {
 				rdb.Set(bg, "e2e:late-ran", id, 0)
 				return nil
 			}
-			if rdb.Incr(bg, "e2e:running").Val() > 1 {
+			if n, _ := beginRun.Run(bg, rdb, nil, name, id).Int(); n > 1 {
 				rdb.Incr(bg, "e2e:overlaps")
 			}
 			rdb.Incr(bg, "e2e:ran:"+id) // >1 would be a tick run twice
 			rdb.RPush(bg, "e2e:runs", name+" "+id)
-			rdb.Set(bg, "e2e:running-on", name, 0)
 			select {
 			case <-time.After(handler):
 			case <-ctx.Done():
 			}
-			rdb.Decr(bg, "e2e:running")
+			endRun.Run(bg, rdb, nil, id, "done")
 			return nil
 		})))
 	})
@@ -135,7 +141,7 @@ func workerProcess(addr, name string) error {
 // 1: e.g. its limiter Client's Close failed) fails the test.
 func start(t *testing.T, addr, role, name string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "REDSEM_E2E_ROLE="+role, "REDSEM_E2E_ADDR="+addr, "REDSEM_E2E_NAME="+name)
+	cmd.Env = append(os.Environ(), redistest.ChildEnv+"="+role, "REDSEM_E2E_ADDR="+addr, "REDSEM_E2E_NAME="+name)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -163,15 +169,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	ctx := context.Background()
 
 	// A task whose ticket expires before any worker is up is skipped.
-	lc, err := limiter.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // before rdb's close, after the children stopped
-		if err := lc.Close(context.Background()); err != nil {
-			t.Errorf("limiter Client.Close: %v", err)
-		}
-	})
+	lc := redistest.Limiter(t, rdb) // closed before rdb, after the children stopped
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	s, err := scheduler.New(lc, client)
@@ -191,10 +189,15 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 
 	// Kill -9 whichever worker runs the job about 4s in.
 	time.Sleep(4 * time.Second)
-	var victim string
+	var victim, victimRun string
 	redistest.Eventually(t, 10*time.Second, "a run is in progress", func() bool {
-		victim = rdb.Get(ctx, "e2e:running-on").Val()
-		return rdb.Get(ctx, "e2e:running").Val() == "1" && victim != ""
+		on := rdb.MGet(ctx, "e2e:running", "e2e:running-on", "e2e:running-id").Val()
+		if len(on) != 3 {
+			return false
+		}
+		victim, _ = on[1].(string)
+		victimRun, _ = on[2].(string)
+		return on[0] == "1" && victim != ""
 	})
 	runsBefore := rdb.LLen(ctx, "e2e:runs").Val()
 	held, err := lock.Holders(ctx)
@@ -205,7 +208,8 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	rdb.Decr(ctx, "e2e:running") // its handler will never get to say it stopped
+	// Its handler will never say it stopped, unless it did just before.
+	endRun.Run(ctx, rdb, nil, victimRun, "killed")
 	redistest.Eventually(t, 10*time.Second, "the killed worker's lease expires", func() bool {
 		hs, _ := lock.Holders(ctx)
 		return len(hs) == 0 || hs[0].ID != held[0].ID

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -82,10 +83,12 @@ func LastTryWait(d time.Duration) Option { return func(o *options) { o.lastTryWa
 // than d ago, its *BusyError has Exceeded set and IsFailure counts it as
 // a failure, so asynq spends a retry on each further busy return and
 // archives the task when they run out. The clock restarts after any other
-// error. The lookup is one read of asynq's Redis, on busy returns only; if
-// it fails, the clock starts anew at this run. On its last try a task
-// waits at most what is left of d (but at least MaxWait), looked up when
-// it starts. d <= 0 or a nil insp makes New return a *ConfigError.
+// error. The lookup is one read of asynq's Redis, made at most once per
+// run and never for a task that gets its permits within MaxWait: on busy
+// returns, and on a last try that has waited MaxWait (such a task waits
+// at most what is left of d, but at least MaxWait). If it fails, the
+// clock starts anew at this run. d <= 0 or a nil insp makes New return a
+// *ConfigError.
 func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
 	return func(o *options) { o.maxGated, o.inspector, o.maxGatedSet = d, insp, true }
 }
@@ -93,7 +96,6 @@ func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
 type middleware struct {
 	client *limiter.Client
 	rules  []*rule
-	sems   [][]limiter.Option // per rule: the options of its semaphores
 	opts   options
 }
 
@@ -184,9 +186,8 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 	for i, r := range rs {
 		// The rule's TTL and an unbounded AcquireTimeout come after the
 		// user's limiter options, so they win: waits are bounded here.
-		o := append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
-		m.sems = append(m.sems, o)
-		if _, err := client.Semaphore(r.Name, r.Limit, o...); err != nil { // validates the options now
+		r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
+		if _, err := client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil { // validates the options now
 			return nil, fmt.Errorf("asynqmw: rule %d: %w", i, err)
 		}
 	}
@@ -226,21 +227,27 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 			maxWait = min(maxWait, g.r.MaxWait)
 		}
 		start := time.Now()
-		until := m.waitUntil(ctx, maxWait)
+		// When the task's busy re-queues began (MaxGated): one lookup at
+		// most, made only when needed.
+		since := sync.OnceValue(func() time.Time { return m.since(ctx, start) })
+		wait, stopWait := m.wait(ctx, maxWait, since)
+		defer stopWait()
 		id := runID(ctx)
 
 		var out error // what the task returns
 		var through func(ctx context.Context, i int)
 		through = func(ctx context.Context, i int) {
 			if i == len(gs) {
+				stopWait() // every permit held
 				out = next.ProcessTask(ctx, t)
 				return
 			}
-			lease, err := m.acquire(ctx, gs[i], id, until)
+			lease, err := m.acquire(ctx, wait, gs[i], id)
 			if err != nil {
 				var busy *BusyError
-				if errors.As(err, &busy) {
-					m.gatedSince(ctx, busy, start)
+				if errors.As(err, &busy) && m.opts.inspector != nil {
+					busy.Since = since()
+					busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
 				}
 				out = err
 				return
@@ -268,36 +275,36 @@ func runID(ctx context.Context) string {
 	return q + ":" + id + ":" + strconv.Itoa(n) + ":" + strconv.FormatUint(rand.Uint64(), 36)
 }
 
-// waitUntil bounds the wait for every permit of a task. With retries
-// left: maxWait, but ending a little before the task's deadline, so that
-// the task returns busy (no retry spent) rather than fail on its
-// deadline. On the last try (asynq archives at Retried >= MaxRetry
-// whatever IsFailure says): LastTryWait, but not past MaxGated (unless
-// that leaves less than maxWait), and before the deadline.
-func (m *middleware) waitUntil(ctx context.Context, maxWait time.Duration) time.Time {
-	wait := maxWait
-	if lastTry(ctx) {
+// wait returns the context that bounds a task's wait for all its permits,
+// which ends with cause errGateTimeout, and its stop. With retries left:
+// maxWait, but ending a little before the task's deadline, so that the
+// task returns busy (no retry spent) rather than fail on its deadline. On
+// the last try (asynq archives at Retried >= MaxRetry whatever IsFailure
+// says): LastTryWait, before the deadline, and with MaxGated not past
+// since()+MaxGated unless that leaves less than maxWait; since() is
+// called only once the task has waited maxWait.
+func (m *middleware) wait(ctx context.Context, maxWait time.Duration, since func() time.Time) (context.Context, context.CancelFunc) {
+	wait, last := maxWait, lastTry(ctx)
+	if last {
 		wait = m.opts.lastTryWait
-		if m.opts.inspector != nil { // not past MaxGated either
-			left := m.opts.maxGated - time.Since(m.since(ctx, time.Now()))
-			wait = min(wait, max(left, maxWait))
-		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		wait = min(wait, left-min(time.Second, left/10))
 	}
-	return time.Now().Add(wait)
-}
-
-// gatedSince sets busy.Since to when the task's busy re-queues began, and
-// Exceeded when that is more than MaxGated ago.
-func (m *middleware) gatedSince(ctx context.Context, busy *BusyError, start time.Time) {
-	if m.opts.inspector == nil {
-		return
+	wctx, cancel := context.WithTimeoutCause(ctx, wait, errGateTimeout)
+	if !last || m.opts.inspector == nil || wait <= maxWait {
+		return wctx, cancel
 	}
-	busy.Since = m.since(ctx, start)
-	busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
+	wctx, cut := context.WithCancelCause(wctx)
+	check := time.AfterFunc(maxWait, func() {
+		if wctx.Err() != nil {
+			return // the permits came: no lookup
+		}
+		end := time.AfterFunc(time.Until(since().Add(m.opts.maxGated)), func() { cut(errGateTimeout) })
+		context.AfterFunc(wctx, func() { end.Stop() })
+	})
+	return wctx, func() { check.Stop(); cut(nil); cancel() }
 }
 
 // since returns when the task's busy re-queues began, as its last error
@@ -322,10 +329,10 @@ func lastTry(ctx context.Context) bool {
 	return ok1 && ok2 && retried >= maxRetry
 }
 
-// acquire waits until until for a permit of g, under the lease id id
-// (random when empty).
-func (m *middleware) acquire(ctx context.Context, g gate, id string, until time.Time) (*limiter.Lease, error) {
-	sem, err := m.client.Semaphore(g.name, g.limit, m.sems[g.r.index]...)
+// acquire waits for a permit of g, under the lease id id (random when
+// empty), until ctx or the task's wait ends.
+func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*limiter.Lease, error) {
+	sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
@@ -335,9 +342,13 @@ func (m *middleware) acquire(ctx context.Context, g gate, id string, until time.
 		opts = append(opts, limiter.ID(id))
 	}
 	start := time.Now()
-	waitCtx, cancel := context.WithDeadlineCause(ctx, until, errGateTimeout)
+	// wait bounds it, and ctx too: after the first permit, ctx is the
+	// earlier lease's (ended if that lease is lost).
+	waitCtx, cancel := context.WithCancelCause(wait)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	lease, err := sem.Acquire(waitCtx, opts...)
-	cancel()
+	stop()
+	cancel(nil)
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
 		if errors.Is(err, errGateTimeout) {

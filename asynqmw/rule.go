@@ -57,8 +57,9 @@ type Rule struct {
 // rule is a validated Rule with its place in the acquisition order.
 type rule struct {
 	Rule
-	index int // in the rules given to New
-	order int // index of the first rule with the same Name
+	index   int              // in the rules given to New
+	order   int              // index of the first rule with the same Name
+	semOpts []limiter.Option // of its semaphores, set by New
 }
 
 // gate is one semaphore a task must hold a permit of.

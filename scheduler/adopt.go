@@ -60,7 +60,7 @@ func Adopt(lc *limiter.Client, opts ...Option) (asynq.MiddlewareFunc, error) {
 		return nil, errorf("", &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"})
 	}
 	a := &adopter{lc: lc, opts: newOptions(opts)}
-	if _, err := a.lock("probe", 1, a.opts.ttl, true); err != nil { // validates the options now
+	if _, err := a.opts.lock(a.lc, "probe", 1, a.opts.ttl, true); err != nil { // validates the options now
 		return nil, errorf("", err)
 	}
 	return a.wrap, nil
@@ -79,16 +79,6 @@ const (
 	keptLimit  = 1 << 30
 	keepBudget = 5 * time.Second // bounds keeping a lock for a retry
 )
-
-// lock returns the semaphore of a lock: refreshed with the worker's TTL,
-// or (refresh false) held for ttl without refresh.
-func (a *adopter) lock(name string, limit int64, ttl time.Duration, refresh bool) (*limiter.Semaphore, error) {
-	opts := append(slices.Clone(a.opts.limiterOpts), limiter.TTL(ttl))
-	if !refresh {
-		opts = append(opts, limiter.RefreshInterval(0))
-	}
-	return a.lc.Semaphore(name, limit, opts...)
-}
 
 // handoff is what a task's headers say about its lock.
 type handoff struct {
@@ -180,7 +170,7 @@ func willRetry(ctx context.Context, err error) bool {
 // limiter.ErrNotHeld when the lock is gone, errRunning when an earlier
 // run still holds it.
 func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error) {
-	sem, err := a.lock(ho.ticket.Name, ho.limit, a.opts.ttl, true)
+	sem, err := a.opts.lock(a.lc, ho.ticket.Name, ho.limit, a.opts.ttl, true)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +179,7 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 		return lease, err
 	}
 	notHeld := err
-	kept, err := a.lock(ho.ticket.Name+keptSuffix, keptLimit, a.opts.ttl, false)
+	kept, err := a.opts.lock(a.lc, ho.ticket.Name+keptSuffix, keptLimit, a.opts.ttl, false)
 	if err != nil {
 		return nil, err
 	}
@@ -246,16 +236,20 @@ func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t 
 			"job", ho.job, "task", t.Type(), "err", err)
 		return nil
 	}
-	sem, err := a.lock(ho.ticket.Name, ho.limit, ttl, false)
+	sem, err := a.opts.lock(a.lc, ho.ticket.Name, ho.limit, ttl, false)
 	if err != nil {
 		return failed(err)
 	}
+	// The lease is handed over: a refresh of it after the Resume would
+	// find it gone and report it lost. Run still releases it by its token
+	// (ErrNotHeld once taken over, which Run ignores).
+	lease.StopRefresh()
 	held, err := sem.Resume(ctx, lease.Ticket())
 	if err != nil {
 		return failed(err)
 	}
 	held.StopRefresh() // stays in Redis for the retry, also through lc.Close
-	kept, err := a.lock(ho.ticket.Name+keptSuffix, keptLimit, ttl, false)
+	kept, err := a.opts.lock(a.lc, ho.ticket.Name+keptSuffix, keptLimit, ttl, false)
 	if err == nil {
 		var mark *limiter.Lease
 		mark, err = kept.TryAcquire(ctx, limiter.ID(ho.ticket.ID+"#"+strconv.FormatInt(held.Token(), 10)))

@@ -7,6 +7,7 @@ import (
 
 // Collector is a prometheus.Collector for schedulers and adopting workers,
 // labelled by job. Nothing is registered globally: register it yourself.
+// A nil *Collector is valid and counts nothing.
 type Collector struct {
 	events *prometheus.CounterVec
 }
@@ -38,7 +39,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) { c.events.Describe(ch)
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) { c.events.Collect(ch) }
 
-// Count reads one counter: for tests, demos and logs.
+// Count reads one counter: for tests, demos and logs. A counter never
+// incremented, or a nil Collector, gives 0.
 func (c *Collector) Count(job, event string) float64 {
 	var m dto.Metric
 	if c == nil || c.events.WithLabelValues(job, event).Write(&m) != nil {

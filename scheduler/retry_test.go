@@ -3,7 +3,6 @@ package scheduler_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,22 +19,13 @@ import (
 // retryWorker runs an asynq server with Adopt and the retry helpers, its
 // own limiter Client, short check intervals, and retries after delay.
 func (e env) retryWorker(t *testing.T, delay time.Duration, h asynq.HandlerFunc, opts ...scheduler.Option) {
-	opts = append([]scheduler.Option{scheduler.Metrics(e.metrics),
-		scheduler.RetryDelayFunc(func(int, error, *asynq.Task) time.Duration { return delay })}, opts...)
-	mw, err := scheduler.Adopt(redistest.Limiter(t, e.rdb), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: e.addr}, asynq.Config{
+	retryIn := func(int, error, *asynq.Task) time.Duration { return delay }
+	e.workerWith(t, asynq.Config{
 		Concurrency: 4, LogLevel: asynq.FatalLevel,
 		IsFailure:                scheduler.IsFailure(nil),
-		RetryDelayFunc:           scheduler.RetryDelay(func(int, error, *asynq.Task) time.Duration { return delay }),
+		RetryDelayFunc:           scheduler.RetryDelay(retryIn),
 		DelayedTaskCheckInterval: 50 * time.Millisecond, TaskCheckInterval: 50 * time.Millisecond,
-	})
-	if err := srv.Start(mw(h)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	}, h, append([]scheduler.Option{scheduler.RetryDelayFunc(retryIn)}, opts...)...)
 }
 
 // run is one run of a scheduled task, as its handler saw it.
@@ -185,56 +175,5 @@ func TestStuckRunThenRetry(t *testing.T) {
 	})
 	if ti.Retried != 1 {
 		t.Fatalf("retried %d times, want 1 (the deadline; busy re-queues are free)", ti.Retried)
-	}
-}
-
-// Two schedulers started a second apart, for both kinds of spec: every
-// tick falls on an even second and runs once.
-func TestTwoSchedulersAlignTicks(t *testing.T) {
-	for _, spec := range []string{"@every 2s", "*/2 * * * * *"} {
-		t.Run(spec, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			var mu sync.Mutex
-			seen := map[string]int{}
-			e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
-				id, _ := asynq.GetTaskID(ctx)
-				mu.Lock()
-				seen[id]++
-				mu.Unlock()
-				return nil
-			})
-			job := scheduler.Job{Name: "even", Spec: spec, TaskType: "even", TTL: 10 * time.Second}
-			var ss []*scheduler.Scheduler
-			for i := range 2 {
-				if i == 1 {
-					time.Sleep(time.Second)
-				}
-				client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
-				t.Cleanup(func() { client.Close() })
-				s, _ := scheduler.New(redistest.Limiter(t, e.rdb), client) // each its own process
-				if err := s.Register(job); err != nil {
-					t.Fatal(err)
-				}
-				s.Start()
-				ss = append(ss, s)
-			}
-			time.Sleep(4500 * time.Millisecond)
-			for _, s := range ss {
-				<-s.Stop().Done()
-			}
-			time.Sleep(300 * time.Millisecond)
-			mu.Lock()
-			defer mu.Unlock()
-			if len(seen) < 2 {
-				t.Fatalf("only %d ticks ran", len(seen))
-			}
-			for id, n := range seen {
-				sec, _ := strconv.ParseInt(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
-				if n != 1 || sec%2 != 0 {
-					t.Fatalf("tick %s ran %d times; ticks %v: want each once, on even seconds", id, n, seen)
-				}
-			}
-		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +103,18 @@ func RetryDelayFunc(fn asynq.RetryDelayFunc) Option {
 	}
 }
 
+// lock returns the semaphore of a lock of lc with ttl. With refresh false
+// nothing keeps its leases alive: they live on in Redis for another
+// process to take over (the scheduler's lock for the worker, a kept lock
+// for the retry).
+func (o options) lock(lc *limiter.Client, name string, limit int64, ttl time.Duration, refresh bool) (*limiter.Semaphore, error) {
+	opts := append(slices.Clone(o.limiterOpts), limiter.TTL(ttl))
+	if !refresh {
+		opts = append(opts, limiter.RefreshInterval(0))
+	}
+	return lc.Semaphore(name, limit, opts...)
+}
+
 func newOptions(opts []Option) options {
 	o := options{location: time.Local, logger: slog.Default(), ttl: limiter.DefaultTTL, retryDelay: asynq.DefaultRetryDelayFunc}
 	for _, fn := range opts {
@@ -124,9 +135,6 @@ type Scheduler struct {
 	opts   options
 	cron   *cron.Cron
 	parser cron.Parser
-
-	mu    sync.Mutex
-	locks map[string]*limiter.Semaphore
 }
 
 // New returns a Scheduler that takes locks with semaphores of lc and
@@ -149,7 +157,7 @@ func New(lc *limiter.Client, client *asynq.Client, opts ...Option) (*Scheduler, 
 	}
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	return &Scheduler{
-		lc: lc, client: client, opts: o, parser: parser, locks: map[string]*limiter.Semaphore{},
+		lc: lc, client: client, opts: o, parser: parser,
 		cron: cron.New(cron.WithLocation(o.location), cron.WithParser(parser)),
 	}, nil
 }
@@ -157,11 +165,13 @@ func New(lc *limiter.Client, client *asynq.Client, opts ...Option) (*Scheduler, 
 // Register adds a job; a bad spec or job gives an error wrapping a
 // *limiter.ArgumentError naming the field (a closed lc: limiter.ErrClosed).
 // Jobs may be registered before or after Start. Each tick is bounded by
-// the job's TTL; a busy lock or a tick another scheduler already enqueued
-// is counted and logged at Debug, a Redis or enqueue failure counted and
-// logged at Warn; none is returned.
+// the job's TTL and returns nothing: a busy lock is counted
+// (EventSkippedBusy) and logged at Debug; an enqueue asynq refuses is
+// counted (EventEnqueueFailed) and its lock released, and logged at Debug
+// when another scheduler already enqueued the tick, else at Warn; a Redis
+// failure, or limiter.ErrClosed once lc is closed, is logged at Warn.
 func (s *Scheduler) Register(job Job) error {
-	job, err := s.check(job)
+	job, lock, err := s.check(job)
 	if err != nil {
 		return err
 	}
@@ -180,7 +190,7 @@ func (s *Scheduler) Register(job Job) error {
 		if at.IsZero() {
 			at = time.Now().Round(time.Second)
 		}
-		s.tick(job, at)
+		s.tick(job, lock, at)
 	}))
 	id.Store(int64(entry))
 	return nil
@@ -201,13 +211,17 @@ func (a aligned) Next(t time.Time) time.Time {
 func (s *Scheduler) Start() { s.cron.Start() }
 
 // Stop stops the schedules; the returned context is done once running
-// ticks have finished. Close the limiter Client after that. Locks already
-// handed to workers stay theirs.
+// ticks have finished (Stop cancels none: each is bounded by its job's
+// TTL). Close the limiter Client after that. Locks already handed to
+// workers stay theirs.
 func (s *Scheduler) Stop() context.Context { return s.cron.Stop() }
 
-func (s *Scheduler) check(job Job) (Job, error) {
-	bad := func(field string, v any, reason string) (Job, error) {
-		return job, errorf(job.Name, &limiter.ArgumentError{Arg: field, Value: v, Reason: reason})
+// check validates job, fills in its defaults and returns its lock: the
+// semaphore the scheduler takes it with, unrefreshed, so that the lease
+// lives on in Redis after the tick for the worker to adopt.
+func (s *Scheduler) check(job Job) (Job, *limiter.Semaphore, error) {
+	bad := func(field string, v any, reason string) (Job, *limiter.Semaphore, error) {
+		return job, nil, errorf(job.Name, &limiter.ArgumentError{Arg: field, Value: v, Reason: reason})
 	}
 	switch {
 	case job.Name == "":
@@ -228,10 +242,11 @@ func (s *Scheduler) check(job Job) (Job, error) {
 	if job.TTL == 0 {
 		job.TTL = DefaultLockTTL
 	}
-	if _, err := s.lock(job); err != nil {
-		return job, errorf(job.Name, err)
+	lock, err := s.opts.lock(s.lc, job.Lock, job.Limit, job.TTL, false)
+	if err != nil {
+		return job, nil, errorf(job.Name, err)
 	}
-	return job, nil
+	return job, lock, nil
 }
 
 // errorf says that err comes from the scheduler, and which job's.
@@ -242,32 +257,14 @@ func errorf(job string, err error) error {
 	return fmt.Errorf("redsem scheduler: job %s: %w", job, err)
 }
 
-// lock is the job's semaphore as the scheduler uses it: refresh off, the
-// lease lives on in Redis after the tick for the worker to adopt.
-func (s *Scheduler) lock(job Job) (*limiter.Semaphore, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := fmt.Sprintf("%s/%d/%v", job.Lock, job.Limit, job.TTL)
-	if sem, ok := s.locks[key]; ok {
-		return sem, nil
-	}
-	opts := append(slices.Clone(s.opts.limiterOpts), limiter.TTL(job.TTL), limiter.RefreshInterval(0))
-	sem, err := s.lc.Semaphore(job.Lock, job.Limit, opts...)
-	if err != nil {
-		return nil, err
-	}
-	s.locks[key] = sem
-	return sem, nil
-}
-
-func (s *Scheduler) tick(job Job, at time.Time) {
+func (s *Scheduler) tick(job Job, lock *limiter.Semaphore, at time.Time) {
 	s.opts.metrics.add(job.Name, EventTick)
 	// Every scheduler process computes the same id for the same tick, so
 	// asynq refuses a second enqueue of it (while the task is retained).
 	taskID := fmt.Sprintf("%s:%d", job.Name, at.Unix())
 	ctx, cancel := context.WithTimeout(context.Background(), job.TTL)
 	defer cancel()
-	_, err := s.enqueue(ctx, job, taskID)
+	_, err := s.enqueue(ctx, job, lock, taskID)
 	switch {
 	case errors.Is(err, limiter.ErrBusy):
 		s.opts.logger.Debug("redsem scheduler: lock held, tick skipped", "job", job.Name, "lock", job.Lock)
@@ -287,21 +284,17 @@ func (s *Scheduler) tick(job Job, at time.Time) {
 // (detached from ctx) and the error returned. A bad job gives an error
 // wrapping a *limiter.ArgumentError; a closed lc, limiter.ErrClosed.
 func (s *Scheduler) Enqueue(ctx context.Context, job Job) (*asynq.TaskInfo, error) {
-	job, err := s.check(job)
+	job, lock, err := s.check(job)
 	if err != nil {
 		return nil, err
 	}
-	return s.enqueue(ctx, job, job.Name+":"+uuid.NewString())
+	return s.enqueue(ctx, job, lock, job.Name+":"+uuid.NewString())
 }
 
-func (s *Scheduler) enqueue(ctx context.Context, job Job, taskID string) (*asynq.TaskInfo, error) {
-	sem, err := s.lock(job)
-	if err != nil {
-		return nil, errorf(job.Name, err)
-	}
+func (s *Scheduler) enqueue(ctx context.Context, job Job, lock *limiter.Semaphore, taskID string) (*asynq.TaskInfo, error) {
 	// The lease names the tick (task ids are unique per queue); each run
 	// that adopts it gets a new fencing token.
-	lease, err := sem.TryAcquire(ctx, limiter.ID(queueOf(job.Options)+":"+taskID))
+	lease, err := lock.TryAcquire(ctx, limiter.ID(queueOf(job.Options)+":"+taskID))
 	if err != nil {
 		if errors.Is(err, limiter.ErrBusy) {
 			s.opts.metrics.add(job.Name, EventSkippedBusy)

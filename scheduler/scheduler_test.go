@@ -3,6 +3,9 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,15 +41,67 @@ func newEnv(t *testing.T) env {
 // worker runs an asynq server whose handlers go through Adopt, with its
 // own limiter Client, as a worker process would.
 func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option) {
+	e.workerWith(t, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel}, h, opts...)
+}
+
+// workerWith is worker with the asynq Config cfg.
+func (e env) workerWith(t *testing.T, cfg asynq.Config, h asynq.HandlerFunc, opts ...scheduler.Option) {
 	mw, err := scheduler.Adopt(redistest.Limiter(t, e.rdb), append([]scheduler.Option{scheduler.Metrics(e.metrics)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: e.addr}, asynq.Config{Concurrency: 4, LogLevel: asynq.FatalLevel})
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: e.addr}, cfg)
 	if err := srv.Start(mw(h)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
+}
+
+// countRuns runs a worker that counts the runs of each task id; the
+// returned func reads the counts.
+func (e env) countRuns(t *testing.T) func() map[string]int {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		mu.Lock()
+		seen[id]++
+		mu.Unlock()
+		return nil
+	})
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
+}
+
+// schedulers starts two schedulers of job, the second lag after the
+// first, each with limiter and asynq clients of its own as separate
+// processes would have. stop stops both and waits for their ticks.
+func (e env) schedulers(t *testing.T, job scheduler.Job, lag time.Duration) (stop func()) {
+	var ss []*scheduler.Scheduler
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(lag)
+		}
+		client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
+		t.Cleanup(func() { client.Close() })
+		s, err := scheduler.New(redistest.Limiter(t, e.rdb), client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Register(job); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		ss = append(ss, s)
+	}
+	return func() {
+		for _, s := range ss {
+			<-s.Stop().Done()
+		}
+	}
 }
 
 func TestHandoffToWorker(t *testing.T) {
@@ -253,48 +308,39 @@ func TestBadJobs(t *testing.T) {
 	}
 }
 
-// Two schedulers of one job, fast runs: each tick runs once, even though
-// a run finishes (and frees the lock) before the other scheduler's copy of
-// the tick arrives.
+// Two schedulers of one job, fast runs, the second started late: each
+// tick runs once, even though a run finishes (and frees the lock) before
+// the other scheduler's copy of the tick arrives; and ticks fall at the
+// same instants in both, for cron specs and for "@every" (on even seconds
+// for a 2s period, however far apart the schedulers started).
 func TestTwoSchedulersOneRunPerTick(t *testing.T) {
-	e := newEnv(t)
-	var mu sync.Mutex
-	seen := map[string]int{}
-	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		mu.Lock()
-		seen[id]++
-		mu.Unlock()
-		return nil
-	})
-	job := scheduler.Job{Name: "fast", Spec: "* * * * * *", TaskType: "fast", TTL: 10 * time.Second}
-	var stops []*scheduler.Scheduler
-	for i := range 2 {
-		client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.addr})
-		defer client.Close()
-		s, _ := scheduler.New(redistest.Limiter(t, e.rdb), client) // each its own process
-		if err := s.Register(job); err != nil {
-			t.Fatal(err)
-		}
-		if i == 1 {
-			time.Sleep(300 * time.Millisecond) // the second one is late
-		}
-		s.Start()
-		stops = append(stops, s)
-	}
-	time.Sleep(4 * time.Second)
-	for _, s := range stops {
-		<-s.Stop().Done()
-	}
-	time.Sleep(500 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) < 2 {
-		t.Fatalf("only %d ticks ran", len(seen))
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Fatalf("tick %s ran %d times", id, n)
-		}
+	for _, c := range []struct {
+		spec   string
+		period int64 // seconds: every tick falls on a multiple
+		lag    time.Duration
+	}{
+		{"* * * * * *", 1, 300 * time.Millisecond},
+		{"@every 2s", 2, time.Second},
+		{"*/2 * * * * *", 2, time.Second},
+	} {
+		t.Run(c.spec, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			runs := e.countRuns(t)
+			stop := e.schedulers(t, scheduler.Job{Name: "tick", Spec: c.spec, TaskType: "tick", TTL: 10 * time.Second}, c.lag)
+			time.Sleep(4500 * time.Millisecond)
+			stop()
+			time.Sleep(500 * time.Millisecond)
+			seen := runs()
+			if len(seen) < 2 {
+				t.Fatalf("only %d ticks ran", len(seen))
+			}
+			for id, n := range seen {
+				sec, _ := strconv.ParseInt(id[strings.LastIndexByte(id, ':')+1:], 10, 64)
+				if n != 1 || sec%c.period != 0 {
+					t.Fatalf("tick %s ran %d times; ticks %v: want each once, every %ds", id, n, seen, c.period)
+				}
+			}
+		})
 	}
 }

@@ -73,11 +73,12 @@ func main() {
 // and per customer, and remembers the peaks, which are the numbers the
 // caps must keep at or below their limits.
 type fakeAPI struct {
-	inFlight, peak peakCounter
-	mu             sync.Mutex
-	perCustomer    map[string]*peakCounter
+	inFlight    peakCounter
+	mu          sync.Mutex
+	perCustomer map[string]*peakCounter
 }
 
+// peakCounter counts calls in flight and keeps the most there were.
 type peakCounter struct{ now, peak atomic.Int64 }
 
 func (p *peakCounter) enter() {
