@@ -22,40 +22,87 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// TestMain turns the test binary into an asynq worker process for the
-// multi-process tests when REDSEM_WORKER or REDSEM_COMPOSE_WORKER is set;
+// TestMain runs the test binary as one of the child processes of the
+// multi-process tests (see startChild) when redistest.ChildEnv names it;
 // otherwise it starts the redis-server the runnable Examples find in
 // REDIS_ADDR.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv("REDSEM_WORKER"); addr != "" {
-		runWorker(addr)
-		return
-	}
-	if addr := os.Getenv("REDSEM_COMPOSE_WORKER"); addr != "" {
-		if err := composeWorker(addr); err != nil {
-			fmt.Println(err)
-			os.Exit(1)
-		}
-		return
-	}
-	redistest.Main(m, nil)
+	redistest.Main(m, map[string]func() int{"crash": crashWorker, "compose": composeWorker})
 }
 
-// startServer runs an asynq server with the middleware and the retry
-// helpers, stopped at cleanup. Busy re-queues are checked every 50ms so
-// tests do not wait asynq's default 5s.
-func startServer(t testing.TB, addr string, concurrency int, mw asynq.MiddlewareFunc, h asynq.HandlerFunc) {
+// childRedis names the environment variable that gives a child process
+// its Redis address.
+const childRedis = "REDSEM_CHILD_REDIS"
+
+// startChild runs the test binary as the child role (see TestMain) on the
+// Redis at addr. At cleanup it is sent SIGTERM, on which its asynq server
+// shuts down and its limiter Client closes, and waited for.
+func startChild(t *testing.T, role, addr string) *exec.Cmd {
 	t.Helper()
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), redistest.ChildEnv+"="+role, childRedis+"="+addr)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// childWorker is the body of a child process: an asynq server (of
+// serverConfig) on its Redis whose handler, made by h, goes through the
+// middleware of rules, with go-redis and limiter Clients of its own, until
+// SIGTERM; the limiter Client closes after the server shut down. It
+// returns the process's exit code.
+func childWorker(concurrency int, rules []asynqmw.Rule, h func(rdb *redis.Client) asynq.HandlerFunc) int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(childRedis)})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer lc.Close(context.Background()) // after the server's shutdown, before rdb.Close
+	mw, err := asynqmw.New(lc, rules)
+	if err == nil {
+		err = asynq.NewServerFromRedisClient(rdb, serverConfig(concurrency)).Run(mw(h(rdb)))
+	}
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return 0
+}
+
+// serverConfig is the asynq Config of the tests' servers: the retry
+// helpers, and busy re-queues and new tasks looked for every 50ms, so that
+// tests do not wait asynq's defaults (5s and 1s).
+func serverConfig(concurrency int) asynq.Config {
+	return asynq.Config{
 		Concurrency:              concurrency,
 		IsFailure:                asynqmw.IsFailure(nil),
 		RetryDelayFunc:           asynqmw.RetryDelay(nil),
 		DelayedTaskCheckInterval: 50 * time.Millisecond,
+		TaskCheckInterval:        50 * time.Millisecond,
 		LogLevel:                 asynq.FatalLevel,
 		ShutdownTimeout:          5 * time.Second,
-	})
-	// What mux.Use(mw) does, for every task type.
-	if err := srv.Start(mw(h)); err != nil {
+	}
+}
+
+// startServer runs an asynq server of serverConfig, adjusted by edit when
+// not nil, with h for every task type (mw(h) is what mux.Use(mw) makes),
+// shut down at cleanup.
+func startServer(t testing.TB, addr string, concurrency int, edit func(*asynq.Config), h asynq.Handler) {
+	t.Helper()
+	cfg := serverConfig(concurrency)
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, cfg)
+	if err := srv.Start(h); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
@@ -70,23 +117,21 @@ func enqueue(t testing.TB, c *asynq.Client, task *asynq.Task, opts ...asynq.Opti
 	return info
 }
 
-// concurrency tracks how many handlers run at once, independently of the
-// library.
-type concurrency struct {
-	now, peak atomic.Int64
-}
-
-func (c *concurrency) enter() {
-	n := c.now.Add(1)
-	for {
-		p := c.peak.Load()
-		if n <= p || c.peak.CompareAndSwap(p, n) {
-			return
-		}
+// holdElsewhere takes the mutex name with a limiter Client of its own, as
+// another process would, and gives it back at cleanup if the test did not.
+func holdElsewhere(t testing.TB, rdb *redis.Client, name string) *limiter.Lease {
+	t.Helper()
+	mu, err := redistest.Limiter(t, rdb).Mutex(name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	held, err := mu.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	return held
 }
-
-func (c *concurrency) leave() { c.now.Add(-1) }
 
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -97,19 +142,17 @@ func TestCapAcrossServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var (
-		c    concurrency
+		c    redistest.Gauge
 		done sync.Map
 	)
-	handler := func(ctx context.Context, task *asynq.Task) error {
-		c.enter()
-		defer c.leave()
-		time.Sleep(30 * time.Millisecond)
+	handler := mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		c.Hold(30 * time.Millisecond)
 		id, _ := asynq.GetTaskID(ctx)
 		done.Store(id, true)
 		return nil
-	}
-	startServer(t, srv.Addr(), 10, mw, handler)
-	startServer(t, srv.Addr(), 10, mw, handler)
+	}))
+	startServer(t, srv.Addr(), 10, nil, handler)
+	startServer(t, srv.Addr(), 10, nil, handler)
 
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
@@ -124,8 +167,8 @@ func TestCapAcrossServers(t *testing.T) {
 		completed, err = insp.ListCompletedTasks("default", asynq.PageSize(tasks+10))
 		return err == nil && len(completed) == tasks
 	})
-	if p := c.peak.Load(); p > 3 || p < 2 {
-		t.Fatalf("peak concurrency %d with a limit of 3", p)
+	if p := c.Peak(); p > 3 || p < 2 {
+		t.Fatalf("peak redistest.Gauge %d with a limit of 3", p)
 	}
 	for _, info := range completed {
 		if info.Retried != 0 {
@@ -146,16 +189,12 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := make(chan string, 1)
-	startServer(t, srv.Addr(), 2, mw, func(ctx context.Context, task *asynq.Task) error {
+	startServer(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
 		ran <- id
 		return nil
-	})
-	blocker, _ := redistest.Limiter(t, rdb).Mutex("export") // another process
-	held, err := blocker.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})))
+	held := holdElsewhere(t, rdb, "export")
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("export", nil), asynq.MaxRetry(0))
@@ -197,12 +236,12 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	}
 	started := make(chan struct{})
 	cause := make(chan error, 1)
-	startServer(t, srv.Addr(), 1, mw, func(ctx context.Context, task *asynq.Task) error {
+	startServer(t, srv.Addr(), 1, nil, mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		close(started)
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return nil
-	})
+	})))
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	enqueue(t, client, asynq.NewTask("slow", nil))
@@ -240,21 +279,19 @@ func TestPerKeyRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a, b concurrency
+	var a, b redistest.Gauge
 	var finished atomic.Int64
-	startServer(t, srv.Addr(), 12, mw, func(ctx context.Context, task *asynq.Task) error {
+	startServer(t, srv.Addr(), 12, nil, mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		var o order
 		_ = json.Unmarshal(task.Payload(), &o)
 		c := &b
 		if o.Customer == "A" {
 			c = &a
 		}
-		c.enter()
-		time.Sleep(100 * time.Millisecond)
-		c.leave()
+		c.Hold(100 * time.Millisecond)
 		finished.Add(1)
 		return nil
-	})
+	})))
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	for i := range 12 {
@@ -266,10 +303,10 @@ func TestPerKeyRule(t *testing.T) {
 		enqueue(t, client, asynq.NewTask("order", payload))
 	}
 	redistest.Eventually(t, 60*time.Second, "all orders finish", func() bool { return finished.Load() == 12 })
-	if p := a.peak.Load(); p > 2 {
+	if p := a.Peak(); p > 2 {
 		t.Fatalf("customer A peaked at %d, cap 2", p)
 	}
-	if p := b.peak.Load(); p < 3 {
+	if p := b.Peak(); p < 3 {
 		t.Fatalf("customer B peaked at %d: it should run freely (6 tasks, 12 workers)", p)
 	}
 }
@@ -333,37 +370,18 @@ func TestRetryHelpers(t *testing.T) {
 	}
 }
 
-// runWorker is the child process of TestKilledWorkerFreesPermit: a
-// process with its own limiter Client.
-func runWorker(addr string) {
-	if err := worker(addr); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-}
-
-func worker(addr string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	lc, err := limiter.New(rdb)
-	if err != nil {
-		return err
-	}
-	defer lc.Close(context.Background()) // after the server's shutdown, before rdb.Close
-	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "crash", Type: "crash", Limit: 2, TTL: 2 * time.Second}})
-	if err != nil {
-		return err
-	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, asynq.Config{Concurrency: 2, LogLevel: asynq.FatalLevel})
-	mux := asynq.NewServeMux()
-	mux.Use(mw)
-	mux.HandleFunc("crash", func(ctx context.Context, task *asynq.Task) error {
-		id, _ := asynq.GetTaskID(ctx)
-		rdb.Set(ctx, "started", id, 0)
-		<-ctx.Done() // runs until killed
-		return nil
-	})
-	return srv.Run(mux) // until a signal, then the server shuts down
+// crashWorker is the child process of TestKilledWorkerFreesPermit: a
+// worker whose handler runs until the process is killed.
+func crashWorker() int {
+	return childWorker(2, []asynqmw.Rule{{Name: "crash", Type: "crash", Limit: 2, TTL: 2 * time.Second}},
+		func(rdb *redis.Client) asynq.HandlerFunc {
+			return func(ctx context.Context, task *asynq.Task) error {
+				id, _ := asynq.GetTaskID(ctx)
+				rdb.Set(ctx, "started", id, 0)
+				<-ctx.Done() // runs until killed
+				return nil
+			}
+		})
 }
 
 // A worker killed -9 mid-task: its permit comes back within the lease TTL
@@ -374,13 +392,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "REDSEM_WORKER="+srv.Addr())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd := startChild(t, "crash", srv.Addr())
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("crash", nil), asynq.Timeout(time.Hour))
@@ -418,18 +430,12 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	startServer(t, srv.Addr(), 1, mw, func(context.Context, *asynq.Task) error { return nil })
-	blocker, _ := redistest.Limiter(t, rdb).Mutex("short") // another process
-	held, err := blocker.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
+	startServer(t, srv.Addr(), 1, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })))
+	holdElsewhere(t, rdb, "short")
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("short", nil), asynq.Timeout(2*time.Second), asynq.MaxRetry(3))
@@ -459,7 +465,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	}
 	started, returned := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int64
-	startServer(t, srv.Addr(), 1, mw, func(ctx context.Context, _ *asynq.Task) error {
+	startServer(t, srv.Addr(), 1, nil, mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		if runs.Add(1) > 1 {
 			return nil // asynq's retry comes 15s+ later; not waited for
 		}
@@ -467,7 +473,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 		time.Sleep(2 * time.Second) // ignores its 1s deadline
 		close(returned)
 		return nil
-	})
+	})))
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	// asynq counts timeouts in whole seconds.

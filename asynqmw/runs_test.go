@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,28 +22,6 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// startServerWith is startServer with the asynq Config adjusted by edit.
-func startServerWith(t testing.TB, addr string, concurrency int, edit func(*asynq.Config), h asynq.Handler) {
-	t.Helper()
-	cfg := asynq.Config{
-		Concurrency:              concurrency,
-		IsFailure:                asynqmw.IsFailure(nil),
-		RetryDelayFunc:           asynqmw.RetryDelay(nil),
-		DelayedTaskCheckInterval: 50 * time.Millisecond,
-		TaskCheckInterval:        50 * time.Millisecond,
-		LogLevel:                 asynq.FatalLevel,
-		ShutdownTimeout:          5 * time.Second,
-	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: addr}, cfg)
-	if err := srv.Start(h); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-}
-
 // A wait that runs out returns a *BusyError that matches limiter.ErrBusy
 // and names the full semaphore.
 func TestBusyErrorIsErrBusy(t *testing.T) {
@@ -57,12 +32,7 @@ func TestBusyErrorIsErrBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocker, _ := redistest.Limiter(t, rdb).Mutex("full")
-	held, err := blocker.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
+	holdElsewhere(t, rdb, "full")
 	err = mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		t.Error("the handler ran without a permit")
 		return nil
@@ -81,7 +51,6 @@ func TestBusyErrorIsErrBusy(t *testing.T) {
 func TestLeaseIDIncludesQueue(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "q", Limit: 2, MaxWait: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +61,7 @@ func TestLeaseIDIncludesQueue(t *testing.T) {
 	go func() { both.Wait(); close(together) }()
 	sem, _ := redistest.Limiter(t, rdb).Semaphore("q", 2)
 	ids := make(chan []string, 1)
-	startServerWith(t, srv.Addr(), 4, func(c *asynq.Config) { c.Queues = map[string]int{"a": 1, "b": 1} },
+	startServer(t, srv.Addr(), 4, func(c *asynq.Config) { c.Queues = map[string]int{"a": 1, "b": 1} },
 		mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 			both.Done()
 			select {
@@ -133,7 +102,6 @@ func TestLeaseIDIncludesQueue(t *testing.T) {
 		b, _ := insp.GetTaskInfo("b", "same")
 		return a != nil && b != nil && a.State == asynq.TaskStateCompleted && b.State == asynq.TaskStateCompleted
 	})
-	_ = ctx
 }
 
 // A handler that ignores its 1s deadline and asynq's retry of the task are
@@ -152,16 +120,16 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 				t.Fatal(err)
 			}
 			sem, _ := redistest.Limiter(t, rdb).Semaphore("stuck", limit)
-			var c concurrency
+			var c redistest.Gauge
 			var runs atomic.Int64
 			stuckDone := make(chan struct{})
 			retryStarted := make(chan bool, 1) // whether the stuck run was still running
 			holders := make(chan []limiter.Holder, 1)
-			startServerWith(t, srv.Addr(), 4, func(cfg *asynq.Config) {
+			startServer(t, srv.Addr(), 4, func(cfg *asynq.Config) {
 				cfg.RetryDelayFunc = asynqmw.RetryDelay(func(int, error, *asynq.Task) time.Duration { return 100 * time.Millisecond })
 			}, mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
-				c.enter()
-				defer c.leave()
+				c.Enter()
+				defer c.Leave()
 				if runs.Add(1) == 1 {
 					time.Sleep(3 * time.Second) // ignores its deadline
 					close(stuckDone)
@@ -186,7 +154,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("asynq's retry never ran")
 			}
-			if p := c.peak.Load(); p > limit {
+			if p := c.Peak(); p > limit {
 				t.Fatalf("%d handlers at once on a limit of %d", p, limit)
 			}
 			switch {
@@ -243,37 +211,23 @@ if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2
 return n`)
 
 // composeWorker is a child process of TestRulesComposeAcrossProcesses.
-func composeWorker(addr string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	lc, err := limiter.New(rdb)
-	if err != nil {
-		return err
-	}
-	defer lc.Close(context.Background())
-	mw, err := asynqmw.New(lc, composeRules())
-	if err != nil {
-		return err
-	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency: 6, LogLevel: asynq.FatalLevel,
-		IsFailure: asynqmw.IsFailure(nil), RetryDelayFunc: asynqmw.RetryDelay(nil),
-		DelayedTaskCheckInterval: 50 * time.Millisecond, TaskCheckInterval: 50 * time.Millisecond,
+func composeWorker() int {
+	return childWorker(6, composeRules(), func(rdb *redis.Client) asynq.HandlerFunc {
+		return func(ctx context.Context, t *asynq.Task) error {
+			bg := context.Background()
+			cust, _ := customerOf(ctx, t)
+			keys := []string{"running:all", "running:" + cust}
+			for _, k := range keys {
+				observe.Run(bg, rdb, []string{k, k + ":peak"}, 1)
+			}
+			time.Sleep(80 * time.Millisecond)
+			for _, k := range keys {
+				observe.Run(bg, rdb, []string{k, k + ":peak"}, -1)
+			}
+			rdb.Incr(bg, "done")
+			return nil
+		}
 	})
-	return srv.Run(mw(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		bg := context.Background()
-		cust, _ := customerOf(ctx, t)
-		keys := []string{"running:all", "running:" + cust}
-		for _, k := range keys {
-			observe.Run(bg, rdb, []string{k, k + ":peak"}, 1)
-		}
-		time.Sleep(80 * time.Millisecond)
-		for _, k := range keys {
-			observe.Run(bg, rdb, []string{k, k + ":peak"}, -1)
-		}
-		rdb.Incr(bg, "done")
-		return nil
-	})))
 }
 
 // Two worker processes, each with its own limiter Client, and two rules
@@ -291,16 +245,7 @@ func TestRulesComposeAcrossProcesses(t *testing.T) {
 		enqueue(t, client, asynq.NewTask("export", payload), asynq.MaxRetry(3))
 	}
 	for range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "REDSEM_COMPOSE_WORKER="+srv.Addr())
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-		})
+		startChild(t, "compose", srv.Addr())
 	}
 	redistest.Eventually(t, 60*time.Second, "every export runs", func() bool {
 		n, _ := rdb.Get(ctx, "done").Int()
@@ -334,9 +279,9 @@ func TestQueueRuleAndKeyLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var slow, vip, plain concurrency
+	var slow, vip, plain redistest.Gauge
 	var done atomic.Int64
-	startServerWith(t, srv.Addr(), 12, func(c *asynq.Config) { c.Queues = map[string]int{"slow": 1, "fast": 1} },
+	startServer(t, srv.Addr(), 12, func(c *asynq.Config) { c.Queues = map[string]int{"slow": 1, "fast": 1} },
 		mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 			q, _ := asynq.GetQueueName(ctx)
 			cust, _ := customerOf(ctx, task)
@@ -347,9 +292,7 @@ func TestQueueRuleAndKeyLimit(t *testing.T) {
 			case q == "fast":
 				c = &plain
 			}
-			c.enter()
-			time.Sleep(150 * time.Millisecond)
-			c.leave()
+			c.Hold(150 * time.Millisecond)
 			done.Add(1)
 			return nil
 		})))
@@ -363,13 +306,13 @@ func TestQueueRuleAndKeyLimit(t *testing.T) {
 		enqueue(t, client, asynq.NewTask("job", nil), asynq.Queue("slow"))
 	}
 	redistest.Eventually(t, 30*time.Second, "every task runs", func() bool { return done.Load() == 12 })
-	if p := slow.peak.Load(); p != 1 {
+	if p := slow.Peak(); p != 1 {
 		t.Fatalf("queue slow peaked at %d, cap 1", p)
 	}
-	if p := plain.peak.Load(); p != 1 {
+	if p := plain.Peak(); p != 1 {
 		t.Fatalf("customer plain peaked at %d, cap 1", p)
 	}
-	if p := vip.peak.Load(); p < 2 || p > 3 {
+	if p := vip.Peak(); p < 2 || p > 3 {
 		t.Fatalf("customer vip peaked at %d, want 2-3 (its KeyLimit is 3)", p)
 	}
 }
@@ -436,19 +379,13 @@ func TestNoStatePerKey(t *testing.T) {
 func TestUngatedTasksWhileGatedWait(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
 	const lastTry = 500 * time.Millisecond
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 200 * time.Millisecond}},
 		asynqmw.LastTryWait(lastTry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocker, _ := redistest.Limiter(t, rdb).Mutex("export")
-	held, err := blocker.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
+	holdElsewhere(t, rdb, "export")
 
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
@@ -463,7 +400,7 @@ func TestUngatedTasksWhileGatedWait(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	var starts []time.Duration
-	startServerWith(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+	startServer(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		if task.Type() == "report" {
 			mu.Lock()
 			starts = append(starts, time.Since(start))
@@ -496,20 +433,14 @@ func TestUngatedTasksWhileGatedWait(t *testing.T) {
 func TestMaxGatedEndsBusyRequeues(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	ctx := context.Background()
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "never", Limit: 1, MaxWait: 100 * time.Millisecond}},
 		asynqmw.MaxGated(time.Second, insp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocker, _ := redistest.Limiter(t, rdb).Mutex("never")
-	held, err := blocker.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
-	startServerWith(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })))
+	holdElsewhere(t, rdb, "never")
+	startServer(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })))
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
 	info := enqueue(t, client, asynq.NewTask("never", nil), asynq.MaxRetry(2))
@@ -526,6 +457,63 @@ func TestMaxGatedEndsBusyRequeues(t *testing.T) {
 		t.Fatalf("archived with retried %d, last error %q", ti.Retried, ti.LastErr)
 	}
 	t.Logf("archived %v after enqueue: %s", time.Since(start).Round(time.Millisecond), ti.LastErr)
+}
+
+// With MaxGated, a task on its last try costs no read of asynq's Redis
+// when its permit is free: the lookup is made only once it has waited
+// MaxWait, and a busy return after that reuses it.
+func TestMaxGatedLooksUpOnlyWhenWaiting(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	var trips roundTrips // of the middleware's inspector
+	inspRDB := srv.Client(t)
+	inspRDB.AddHook(&trips)
+	mwInsp := asynq.NewInspectorFromRedisClient(inspRDB)
+	// What one lookup costs, once the connection and asynq's script are
+	// warm (a task in a queue no server works on).
+	warm := enqueue(t, client, asynq.NewTask("warm", nil), asynq.Queue("warm"))
+	var lookup int64
+	for range 2 {
+		trips.n.Store(0)
+		if _, err := mwInsp.GetTaskInfo("warm", warm.ID); err != nil {
+			t.Fatal(err)
+		}
+		lookup = trips.n.Load()
+	}
+	trips.n.Store(0)
+
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "last", Limit: 1, MaxWait: time.Second}},
+		asynqmw.MaxGated(time.Minute, mwInsp), asynqmw.LastTryWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int64
+	startServer(t, srv.Addr(), 1, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		done.Add(1)
+		return nil
+	})))
+	const tasks = 20
+	for range tasks {
+		enqueue(t, client, asynq.NewTask("t", nil), asynq.MaxRetry(0))
+	}
+	redistest.Eventually(t, 20*time.Second, "every task runs", func() bool { return done.Load() == tasks })
+	if n := trips.n.Load(); n != 0 {
+		t.Fatalf("%d round trips to asynq's Redis for %d last-try tasks whose permit was free, want 0", n, tasks)
+	}
+
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer insp.Close()
+	holdElsewhere(t, rdb, "last")
+	info := enqueue(t, client, asynq.NewTask("t", nil), asynq.MaxRetry(0))
+	redistest.Eventually(t, 20*time.Second, "the gated last try is archived", func() bool {
+		ti, err := insp.GetTaskInfo("default", info.ID)
+		return err == nil && ti.State == asynq.TaskStateArchived
+	})
+	if n := trips.n.Load(); n != lookup {
+		t.Fatalf("%d round trips for a last try that waited and returned busy, want one lookup (%d)", n, lookup)
+	}
 }
 
 // The Collector's series are labelled by rule alone: a Key rule over many

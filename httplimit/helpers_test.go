@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,22 +95,3 @@ func newBase(t *testing.T) *http.Transport {
 	t.Cleanup(b.CloseIdleConnections)
 	return b
 }
-
-// concurrency counts how many requests are in at once, independently of
-// the library.
-type concurrency struct {
-	now, peak, total atomic.Int64
-}
-
-func (c *concurrency) enter() {
-	c.total.Add(1)
-	n := c.now.Add(1)
-	for {
-		p := c.peak.Load()
-		if n <= p || c.peak.CompareAndSwap(p, n) {
-			return
-		}
-	}
-}
-
-func (c *concurrency) leave() { c.now.Add(-1) }

@@ -47,12 +47,12 @@ func get(t *testing.T, c *http.Client, url string, header ...string) *http.Respo
 // handler itself, never exceed the limit, and every request is served.
 func TestMiddlewareCapHolds(t *testing.T) {
 	e := newEnv(t)
-	var c concurrency
+	var c redistest.Gauge
 	var noLease sync.Once
 	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "cap", Limit: 3, MaxWait: 10 * time.Second},
 		func(w http.ResponseWriter, r *http.Request) {
-			c.enter()
-			defer c.leave()
+			c.Enter()
+			defer c.Leave()
 			if l, ok := limiter.LeaseFrom(r.Context()); !ok || l.Weight() != 1 {
 				noLease.Do(func() { t.Error("no lease of weight 1 in the request's context") })
 			}
@@ -76,10 +76,10 @@ func TestMiddlewareCapHolds(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if p := c.peak.Load(); p > 3 || p < 2 {
+	if p := c.Peak(); p > 3 || p < 2 {
 		t.Fatalf("peak of %d handlers at once with a limit of 3 (2 or 3 expected)", p)
 	}
-	if n := c.total.Load(); n != 24 {
+	if n := c.Total(); n != 24 {
 		t.Fatalf("%d requests served, want 24", n)
 	}
 	if hs := holders(t, sem(t, e.lc, "cap", 3)); len(hs) != 0 {

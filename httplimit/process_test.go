@@ -89,18 +89,18 @@ func TestTransportCapAcrossProcesses(t *testing.T) {
 	const limit, procs = 3, 2
 	srv := redistest.StartServer(t)
 	var (
-		c       concurrency
+		c       redistest.Gauge
 		perProc [procs + 1]atomic.Int64
 		overlap atomic.Bool // both processes had requests in at once
 	)
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		p, _ := strconv.Atoi(r.Header.Get("X-Proc"))
-		c.enter()
+		c.Enter()
 		perProc[p].Add(1)
 		if perProc[3-p].Load() > 0 {
 			overlap.Store(true)
 		}
-		defer func() { perProc[p].Add(-1); c.leave() }()
+		defer func() { perProc[p].Add(-1); c.Leave() }()
 		io.WriteString(w, "streamed ")
 		w.(http.Flusher).Flush()
 		time.Sleep(5 * time.Millisecond)
@@ -125,14 +125,14 @@ func TestTransportCapAcrossProcesses(t *testing.T) {
 			t.Fatalf("process %d: %v\n%s", i+1, errs[i], outs[i])
 		}
 	}
-	if n, want := c.total.Load(), int64(procs*childWorkers*childRounds); n != want {
+	if n, want := c.Total(), int64(procs*childWorkers*childRounds); n != want {
 		t.Fatalf("the upstream served %d requests, want %d", n, want)
 	}
-	if p := c.peak.Load(); p > limit || p < 2 {
+	if p := c.Peak(); p > limit || p < 2 {
 		t.Fatalf("peak of %d requests at once from %d processes with a limit of %d (2..%d expected)", p, procs, limit, limit)
 	}
 	if !overlap.Load() {
 		t.Fatal("the processes' requests never overlapped: the test proves nothing")
 	}
-	t.Logf("%d requests from %d processes, peak %d of %d", c.total.Load(), procs, c.peak.Load(), limit)
+	t.Logf("%d requests from %d processes, peak %d of %d", c.Total(), procs, c.Peak(), limit)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/httplimit"
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -47,10 +48,10 @@ func hostName(name string, s *httptest.Server) string {
 // requests in while bodies still stream.
 func TestTransportCapHolds(t *testing.T) {
 	e := newEnv(t)
-	var c concurrency
+	var c redistest.Gauge
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
-		c.enter()
-		defer c.leave()
+		c.Enter()
+		defer c.Leave()
 		io.WriteString(w, "head ")
 		w.(http.Flusher).Flush()
 		time.Sleep(15 * time.Millisecond)
@@ -74,7 +75,7 @@ func TestTransportCapHolds(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if p := c.peak.Load(); p > 3 || p < 2 {
+	if p := c.Peak(); p > 3 || p < 2 {
 		t.Fatalf("peak of %d requests at once at the upstream with a limit of 3 (2 or 3 expected)", p)
 	}
 	if hs := holders(t, sem(t, e.other(t), hostName("out", up), 3)); len(hs) != 0 {
