@@ -1,7 +1,7 @@
 // Package asynqmw caps how many asynq task handlers run at once across
 // every worker process, with semaphores from package limiter.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: addr}) // shared by everything below
+//	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}) // shared by everything below
 //	lc, err := limiter.New(rdb) // one per process; Close it after the server shut down
 //	defer lc.Close(ctx)
 //	mw, err := asynqmw.New(lc, []asynqmw.Rule{

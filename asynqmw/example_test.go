@@ -17,7 +17,7 @@ import (
 // rules apply to every export, the narrower first. One go-redis client
 // serves the limiter Client, the asynq server and the asynq client.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lc, err := limiter.New(rdb) // one per process
 	if err != nil {

@@ -199,7 +199,7 @@ func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport,
 		return rep, fmt.Errorf("unknown library %q", cfg.Lib)
 	}
 	var sent atomic.Int64
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
 	rdb.AddHook(countHook{&sent})
 	p := &Proc{RDB: rdb}
 	closed := false

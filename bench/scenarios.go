@@ -332,7 +332,7 @@ func (e *Env) Close() { _ = e.admin.Close() }
 // newProc returns a simulated process whose go-redis client's commands
 // are counted by a hook, a cross-check of the commandstats count.
 func (e *Env) newProc() *Proc {
-	c := redis.NewClient(&redis.Options{Addr: e.Addr})
+	c := redis.NewClient(&redis.Options{Addr: e.Addr, ContextTimeoutEnabled: true}) // as README advises; the peers honour ctx too
 	c.AddHook(countHook{&e.sent})
 	return &Proc{RDB: c}
 }

@@ -20,7 +20,7 @@ import (
 // that uses this Redis. A request that finds its key busy is answered
 // 429 with Retry-After at once (a negative MaxWait does not wait).
 func ExampleMiddleware() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lc, err := limiter.New(rdb) // one per process
 	if err != nil {
@@ -88,7 +88,7 @@ func ExampleMiddleware() {
 // A response holds its permit until its body is read to the end or
 // closed, so a streamed download counts for as long as it streams.
 func ExampleNewTransport() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	lc, err := limiter.New(rdb)
 	if err != nil {

@@ -71,7 +71,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if isNil(rdb) {
 		return nil, argError("rdb", rdb, "must not be nil")
 	}
-	return newClient(opts, func(*config) store { return &redisStore{rdb: rdb, fifo: true} })
+	return newClient(opts, func(*config) store { return newRedisStore(rdb, true) })
 }
 
 func newClient(opts []Option, open func(*config) store) (*Client, error) {

@@ -66,5 +66,8 @@
 // ContextTimeoutEnabled; without it a call to an unresponsive Redis waits
 // for ReadTimeout. Background refreshes, releases and quorum calls are
 // bounded here regardless, and a lease's loss is reported from its local
-// deadline.
+// deadline. Set ContextTimeoutEnabled: those calls then run on the
+// caller's goroutine, bounded by the socket deadline; without it each
+// runs in a goroutine the caller can stop waiting for, which costs about
+// 30 µs more per release (BENCHMARKS.md).
 package limiter

@@ -15,7 +15,7 @@ import (
 // One Client per Redis deployment and process: it owns the keep-alive,
 // the one wake-up connection and the leases, and Close gives them back.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	client, err := limiter.New(rdb, limiter.TTL(30*time.Second))
 	if err != nil {
@@ -35,7 +35,7 @@ func ExampleNew() {
 // At most 5 calls to a rate-limited API at once, across every process that
 // uses this Redis.
 func ExampleSemaphore_Do() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	client, _ := limiter.New(rdb)
 	defer client.Close(context.Background())
@@ -60,7 +60,7 @@ func ExampleSemaphore_Do() {
 // TryAcquire never waits: it reports a full semaphore with ErrBusy and says
 // when to try again.
 func ExampleSemaphore_TryAcquire() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	client, _ := limiter.New(rdb)
 	defer client.Close(context.Background())
@@ -86,7 +86,7 @@ func ExampleSemaphore_TryAcquire() {
 // header); the worker takes the lease over with its own TTL and a new
 // fencing token.
 func ExampleSemaphore_Resume() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	ctx := context.Background()
 
@@ -122,7 +122,7 @@ func ExampleSemaphore_Resume() {
 // Acquire waits (without polling) until a permit frees and it is its
 // turn, AcquireTimeout passes, or ctx ends.
 func ExampleSemaphore_Acquire() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	client, _ := limiter.New(rdb)
 	defer client.Close(context.Background())

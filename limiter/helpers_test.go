@@ -19,9 +19,12 @@ import (
 type backend struct {
 	kind   string
 	client func(t testing.TB) redis.UniversalClient
-	calls  func(t testing.TB) map[string]int64
-	reset  func(t testing.TB)
-	env    []string // tells a child process how to connect
+	// ctxClient is a client with ContextTimeoutEnabled, on which the
+	// Client calls Redis from the caller's goroutine.
+	ctxClient func(t testing.TB) redis.UniversalClient
+	calls     func(t testing.TB) map[string]int64
+	reset     func(t testing.TB)
+	env       []string // tells a child process how to connect
 	// pause stops every node (SIGSTOP) until the returned resume.
 	pause func(t testing.TB) (resume func())
 }
@@ -31,9 +34,12 @@ func singleBackend(t testing.TB) backend {
 	return backend{
 		kind:   "single",
 		client: func(t testing.TB) redis.UniversalClient { return srv.Client(t) },
-		calls:  srv.CommandCalls,
-		reset:  srv.ResetStats,
-		env:    []string{"REDSEM_TEST_ADDRS=" + srv.Addr()},
+		ctxClient: func(t testing.TB) redis.UniversalClient {
+			return srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+		},
+		calls: srv.CommandCalls,
+		reset: srv.ResetStats,
+		env:   []string{"REDSEM_TEST_ADDRS=" + srv.Addr()},
 		pause: func(t testing.TB) func() {
 			srv.Pause(t)
 			return func() { srv.Resume(t) }
@@ -46,9 +52,12 @@ func clusterBackend(t testing.TB) backend {
 	return backend{
 		kind:   "cluster",
 		client: func(t testing.TB) redis.UniversalClient { return c.Client(t) },
-		calls:  c.CommandCalls,
-		reset:  c.ResetStats,
-		env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(c.Addrs(), ","), "REDSEM_TEST_CLUSTER=1"},
+		ctxClient: func(t testing.TB) redis.UniversalClient {
+			return c.Client(t, func(o *redis.ClusterOptions) { o.ContextTimeoutEnabled = true })
+		},
+		calls: c.CommandCalls,
+		reset: c.ResetStats,
+		env:   []string{"REDSEM_TEST_ADDRS=" + strings.Join(c.Addrs(), ","), "REDSEM_TEST_CLUSTER=1"},
 		pause: func(t testing.TB) func() {
 			for _, s := range c.Servers() {
 				s.Pause(t)

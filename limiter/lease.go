@@ -156,7 +156,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	live := l.endLive(errReleased)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sem.cfg.releaseTimeout)
 	defer cancel()
-	n, err := within(ctx, l.sem.c.spawn, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
+	n, err := bounded(l.sem.c, ctx, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
 	if err != nil {
 		return redisError("release", l.sem.name, err)
 	}

@@ -97,7 +97,7 @@ type quorumStore struct {
 func newQuorumStore(nodes []redis.UniversalClient, addrs []string, cfg *config, spawn func(func())) *quorumStore {
 	q := &quorumStore{addrs: addrs, nodeTimeout: cfg.nodeWait(), cfg: cfg, spawn: spawn}
 	for _, n := range nodes {
-		q.nodes = append(q.nodes, &redisStore{rdb: n})
+		q.nodes = append(q.nodes, newRedisStore(n, false))
 	}
 	return q
 }
@@ -538,6 +538,9 @@ func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error)
 // held a lease wakes its waiters, and a waiter's channel of wake-ups
 // collapses the repeats. The subscription counts as up while any node's
 // is.
+// boundedByCtx: gather stops waiting for the nodes when ctx ends.
+func (q *quorumStore) boundedByCtx() bool { return true }
+
 func (q *quorumStore) listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
 	var mu sync.Mutex
 	up := make([]bool, len(q.nodes))

@@ -10,13 +10,16 @@ import (
 // (every RefreshInterval) and queue entries (every queueTTL/3). Entries are
 // kept in a heap by due time; those due together are sent together, one
 // script call per semaphore, so a Client holding 10,000 leases of one name
-// sends a handful of calls per round, not 10,000. Its goroutine runs only
-// while it has entries.
+// sends a handful of calls per round, not 10,000. Its goroutine runs
+// while it has entries and exits at its next timer after the last one
+// left: adding or removing an entry wakes it only when the entry is due
+// before its timer, so a lease acquired and released costs it nothing.
 type refresher struct {
 	c       *Client
 	entries entryHeap
 	byOwner map[any]*entry
 	running bool
+	wakeAt  time.Time // when the sleeping goroutine's timer fires
 	kick    chan struct{}
 }
 
@@ -64,11 +67,13 @@ func (r *refresher) add(owner any, e *entry, live func() bool) {
 	}
 	r.byOwner[owner] = e
 	heap.Push(&r.entries, e)
-	if !r.running {
+	switch {
+	case !r.running:
 		r.running = true
 		r.c.spawn(r.loop)
+	case e.due.Before(r.wakeAt):
+		r.wake()
 	}
-	r.wake()
 }
 
 func (r *refresher) remove(owner any) {
@@ -82,9 +87,6 @@ func (r *refresher) remove(owner any) {
 	e.removed = true
 	if e.index >= 0 {
 		heap.Remove(&r.entries, e.index)
-	}
-	if len(r.byOwner) == 0 {
-		r.wake() // let the goroutine exit now rather than at its next timer
 	}
 }
 
@@ -135,12 +137,15 @@ func (r *refresher) due(now time.Time) (batch []*entry, next time.Time, ok bool)
 	for len(r.entries) > 0 {
 		e := r.entries[0]
 		if e.due.Sub(now) > e.interval/2 {
+			r.wakeAt = e.due
 			return batch, e.due, true
 		}
 		heap.Pop(&r.entries)
 		batch = append(batch, e)
 	}
-	return batch, now.Add(time.Hour), true
+	// Entries being refreshed come back with a later due time.
+	r.wakeAt = now.Add(time.Hour)
+	return batch, r.wakeAt, true
 }
 
 // refresh sends one batch per semaphore and applies the answers.
@@ -182,7 +187,7 @@ func (r *refresher) refresh(entries []*entry) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(r.c.ctx, deadline)
-	results, err := within(ctx, r.c.spawn, func() ([]refreshResult, error) { return r.c.st.refresh(ctx, batches), nil })
+	results, err := bounded(r.c, ctx, func() ([]refreshResult, error) { return r.c.st.refresh(ctx, batches), nil })
 	cancel()
 	retry := map[*entry]bool{}
 	for i := range batches {

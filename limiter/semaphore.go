@@ -171,7 +171,7 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 func (s *Semaphore) forget(id, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	_, _ = within(ctx, s.c.spawn, func() (int64, error) { return s.release(ctx, id, token, false) })
+	_, _ = bounded(s.c, ctx, func() (int64, error) { return s.release(ctx, id, token, false) })
 }
 
 // release runs the release script and wakes this Client's own waiters at

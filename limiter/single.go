@@ -16,7 +16,30 @@ type redisStore struct {
 	rdb redis.UniversalClient
 	// fifo grants in queue order; a quorum's nodes do not (see acquire.lua).
 	fifo bool
+	// ctxBound: go-redis honours ctx deadlines here (boundedByCtx).
+	ctxBound bool
 }
+
+func newRedisStore(rdb redis.UniversalClient, fifo bool) *redisStore {
+	return &redisStore{rdb: rdb, fifo: fifo, ctxBound: honoursDeadlines(rdb)}
+}
+
+// honoursDeadlines reports whether go-redis puts a context's deadline on
+// the socket for rdb (ContextTimeoutEnabled), so that a call to a
+// stopped server returns by it.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+func (s *redisStore) boundedByCtx() bool { return s.ctxBound }
 
 // refreshChunk bounds the leases one refresh script call keeps alive, so
 // one call's Redis time stays bounded however many a Client holds.

@@ -36,6 +36,11 @@ type store interface {
 	evicting(ctx context.Context) (string, error)
 	// names lists the semaphores whose state key matches the pattern.
 	names(ctx context.Context, pattern string) ([]string, error)
+	// boundedByCtx reports whether every call returns by its ctx's
+	// deadline without help: a go-redis client with ContextTimeoutEnabled
+	// puts the deadline on the socket; a quorum asks its nodes in
+	// goroutines it stops waiting for.
+	boundedByCtx() bool
 	// listen receives the messages of channel until ctx ends, reconnecting
 	// as needed; subscribed reports every (re)subscription or failure to.
 	listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))

@@ -118,7 +118,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 func (s *Semaphore) leave(wait string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	woken, err := within(ctx, s.c.spawn, func() ([]string, error) { return s.c.st.leave(ctx, s.keys, wait, s.c.channel) })
+	woken, err := bounded(s.c, ctx, func() ([]string, error) { return s.c.st.leave(ctx, s.keys, wait, s.c.channel) })
 	if err != nil {
 		// The entry expires by itself within queueTTL.
 		s.cfg.logger.Debug("redsem: leaving the queue failed", "name", s.name, "err", err)

@@ -50,7 +50,7 @@ func run(addr string, runFor time.Duration) error {
 	}
 	// One go-redis client: the limiter Client, the asynq server and the
 	// asynq client share it.
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// One limiter Client per process (here the cron process and the worker
 	// share one). Deferred calls run last-in first-out: it closes after

@@ -141,7 +141,7 @@ func run(c config, out *os.File) (err error) {
 	}
 	// One go-redis client for the process: the limiter Client and every
 	// asynq server and client share it.
-	rdb := redis.NewClient(&redis.Options{Addr: c.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: c.addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", c.addr, err)
