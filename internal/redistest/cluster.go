@@ -44,7 +44,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 		c.servers[i] = startServer(t, true, []string{
 			"--cluster-enabled", "yes",
 			"--cluster-node-timeout", clusterNodeTimeout,
-		})
+		}, nil)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
@@ -70,7 +70,7 @@ func (c *Cluster) waitStateOK(ctx context.Context) error {
 	want := fmt.Sprintf("cluster_known_nodes:%d", len(c.servers))
 	for _, s := range c.servers {
 		for {
-			info, err := command(s.Addr(), time.Second, "CLUSTER", "INFO")
+			info, err := s.command(time.Second, "CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, want) {
 				break
 			}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -70,10 +71,14 @@ func (p *process) kill() error {
 
 // serverArgs is the fixed command line: loopback only, no persistence, log
 // to stdout (which goes to logName). extra comes last so callers can
-// override any of these.
-func serverArgs(port int, dir string, extra []string) []string {
-	args := []string{
-		"--port", strconv.Itoa(port),
+// override any of these. A tlsOnly server gets no plain port, so nothing
+// reaches it unencrypted by mistake.
+func serverArgs(port int, tlsOnly bool, dir string, extra []string) []string {
+	args := []string{"--port", strconv.Itoa(port)}
+	if tlsOnly {
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -82,13 +87,15 @@ func serverArgs(port int, dir string, extra []string) []string {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 		"--logfile", "",
-	}
+	)
 	return append(args, extra...)
 }
 
 // launch starts redis-server on port and waits until it answers PING.
-// It returns errAddrInUse (wrapped) when the port was stolen.
-func launch(port int, dir string, extra []string) (*process, error) {
+// With conf the server listens on TLS only and is probed with conf, the
+// client side of its certificates. It returns errAddrInUse (wrapped) when
+// the port was stolen.
+func launch(port int, dir string, extra []string, conf *tls.Config) (*process, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(InstallHint)
@@ -104,7 +111,7 @@ func launch(port int, dir string, extra []string) (*process, error) {
 	// Only log output of this attempt matters when diagnosing it.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(bin, serverArgs(port, dir, extra)...)
+	cmd := exec.Command(bin, serverArgs(port, conf != nil, dir, extra)...)
 	cmd.Dir = dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -118,27 +125,31 @@ func launch(port int, dir string, extra []string) (*process, error) {
 		close(p.done)
 	}()
 
-	if err := waitReady(p, addrOf(port)); err != nil {
+	if err := waitReady(p, addrOf(port), conf); err != nil {
 		_ = p.kill()
 		tail := logTail(logPath, logStart)
 		if strings.Contains(tail, "Address already in use") {
 			return nil, fmt.Errorf("%w: port %d: %v", errAddrInUse, port, err)
 		}
-		return nil, fmt.Errorf("redistest: redis-server on port %d did not start: %v\n--- %s (tail) ---\n%s", port, err, logPath, tail)
+		kind := "redis-server"
+		if conf != nil {
+			kind = "TLS redis-server"
+		}
+		return nil, fmt.Errorf("redistest: %s on port %d did not start: %v\n--- %s (tail) ---\n%s", kind, port, err, logPath, tail)
 	}
 	return p, nil
 }
 
-// waitReady polls PING until it answers, the process exits, or
-// startTimeout passes.
-func waitReady(p *process, addr string) error {
+// waitReady polls PING (over TLS with conf) until it answers, the process
+// exits, or startTimeout passes.
+func waitReady(p *process, addr string, conf *tls.Config) error {
 	deadline := time.Now().Add(startTimeout)
 	var lastErr error
 	for {
 		if p.exited() {
 			return fmt.Errorf("process exited: %v", p.cmd.ProcessState)
 		}
-		reply, err := command(addr, 250*time.Millisecond, "PING")
+		reply, err := command(addr, conf, 250*time.Millisecond, "PING")
 		if err == nil && reply == "PONG" {
 			return nil
 		}

@@ -72,7 +72,7 @@ func TestStopIdempotentAndPausedCleanup(t *testing.T) {
 	s.Pause(t) // cleanup must still kill it without hanging
 	s.Stop(t)
 	s.Stop(t)
-	if _, err := command(s.Addr(), 200*time.Millisecond, "PING"); err == nil {
+	if _, err := s.command(200*time.Millisecond, "PING"); err == nil {
 		t.Fatal("PING succeeded after Stop")
 	}
 	s2 := StartServer(t)
@@ -182,7 +182,7 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 	t.Parallel()
 	s := StartServer(t, "--cluster-enabled", "yes")
 	for _, key := range []string{"foo", "{user1000}.following", "{a}", "a{}b", "{k17}", "x{y}z{w}"} {
-		reply, err := command(s.Addr(), time.Second, "CLUSTER", "KEYSLOT", key)
+		reply, err := s.command(time.Second, "CLUSTER", "KEYSLOT", key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,8 @@ import (
 	"time"
 )
 
-// command sends one command over a fresh raw connection and returns its
-// reply as a string.
+// command sends one command over a fresh raw connection, TLS when conf is
+// set, and returns its reply as a string.
 //
 // The helpers use raw RESP rather than go-redis so that readiness checks and
 // statistics queries add nothing but the command itself to the server's
@@ -20,8 +21,8 @@ import (
 // that a half-started server produces no go-redis pool log noise.
 // Only simple strings, errors, integers and bulk strings are supported,
 // which is all the helpers need.
-func command(addr string, timeout time.Duration, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+func command(addr string, conf *tls.Config, timeout time.Duration, args ...string) (string, error) {
+	conn, err := dial(addr, conf, timeout)
 	if err != nil {
 		return "", err
 	}
@@ -39,6 +40,16 @@ func command(addr string, timeout time.Duration, args ...string) (string, error)
 		return "", err
 	}
 	return readReply(bufio.NewReader(conn))
+}
+
+// dial connects in plain TCP, or over TLS when conf is set: a TLS-only
+// server refuses plain RESP. timeout covers the TLS handshake as well.
+func dial(addr string, conf *tls.Config, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if conf == nil {
+		return d.Dial("tcp", addr)
+	}
+	return tls.DialWithDialer(d, "tcp", addr, conf)
 }
 
 // readReply reads a single non-aggregate RESP2 reply.

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,6 +23,8 @@ type Server struct {
 	port  int
 	dir   string
 	extra []string
+	// tls is set for servers from StartTLSServer, which listen on TLS only.
+	tls *tls.Config
 
 	// mu serialises Pause/Resume/Stop/Restart; it guards proc.
 	mu   sync.Mutex
@@ -37,7 +40,7 @@ type Server struct {
 // killed and its directory removed in t.Cleanup.
 func StartServer(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
-	return startServer(t, false, extraArgs)
+	return startServer(t, false, extraArgs, nil)
 }
 
 // StartNodes starts n independent servers, e.g. for multi-instance
@@ -52,12 +55,14 @@ func StartNodes(t testing.TB, n int) []*Server {
 }
 
 // startServer picks a port (and with needBus a free cluster bus port), and
-// retries with a new port when another process wins the race for it.
-func startServer(t testing.TB, needBus bool, extra []string) *Server {
+// retries with a new port when another process wins the race for it. With
+// conf the server is TLS-only and every helper connects with conf.
+func startServer(t testing.TB, needBus bool, extra []string, conf *tls.Config) *Server {
 	t.Helper()
 	s := &Server{
 		dir:   t.TempDir(), // removed after the kill below (cleanups run LIFO)
 		extra: append([]string(nil), extra...),
+		tls:   conf,
 	}
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
@@ -65,7 +70,7 @@ func startServer(t testing.TB, needBus bool, extra []string) *Server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := launch(port, s.dir, s.extra)
+		p, err := launch(port, s.dir, s.extra, s.tls)
 		if errors.Is(err, errAddrInUse) {
 			lastErr = err
 			continue
@@ -91,16 +96,25 @@ func (s *Server) Addr() string { return addrOf(s.port) }
 
 // Client returns a new go-redis client for this server, closed in
 // t.Cleanup. opts may adjust the options (timeouts, protocol, ...) before the
-// client is created.
+// client is created. For a StartTLSServer server it connects over TLS.
 func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	o := &redis.Options{Addr: s.Addr()}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.Clone() // opts may change it; the server's own stays intact
+	}
 	for _, fn := range opts {
 		fn(o)
 	}
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// command is the raw-RESP counterpart of Client, over TLS when the server
+// needs it.
+func (s *Server) command(timeout time.Duration, args ...string) (string, error) {
+	return command(s.Addr(), s.tls, timeout, args...)
 }
 
 // Pause freezes the server with SIGSTOP: connections stay open but nothing
@@ -173,7 +187,7 @@ func (s *Server) Restart(t testing.TB) {
 	var err error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		var p *process
-		if p, err = launch(s.port, s.dir, s.extra); err == nil {
+		if p, err = launch(s.port, s.dir, s.extra, s.tls); err == nil {
 			s.proc = p
 			return
 		}

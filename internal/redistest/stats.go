@@ -23,7 +23,7 @@ const statsTimeout = 5 * time.Second
 // commands the helpers never send.
 func (s *Server) CommandCalls(t testing.TB) map[string]int64 {
 	t.Helper()
-	info, err := command(s.Addr(), statsTimeout, "INFO", "commandstats")
+	info, err := s.command(statsTimeout, "INFO", "commandstats")
 	if err != nil {
 		t.Fatalf("redistest: %s: INFO commandstats: %v", s.Addr(), err)
 	}
@@ -43,7 +43,7 @@ func (s *Server) ResetStats(t testing.TB) {
 
 func (s *Server) resetStats(t testing.TB) {
 	t.Helper()
-	if _, err := command(s.Addr(), statsTimeout, "CONFIG", "RESETSTAT"); err != nil {
+	if _, err := s.command(statsTimeout, "CONFIG", "RESETSTAT"); err != nil {
 		t.Fatalf("redistest: %s: CONFIG RESETSTAT: %v", s.Addr(), err)
 	}
 }
