@@ -1,0 +1,338 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// aclSetUser is the least-privilege user of the README (Redis 6.2+), run
+// here verbatim. resetchannels must come before &redsem:*, since the rules
+// apply left to right; Redis 6.2 grants every channel by default.
+//
+// The commands, and who sends them:
+//   - evalsha, eval: every operation is a script, sent by EVALSHA, with
+//     EVAL when the server's script cache lacks it (new, restarted, failed
+//     over).
+//   - hget: EffectiveLimit (and Available) read the fleet limit directly.
+//   - info: the eviction check (INFO memory) before a Client's first
+//     acquisition; refused, it is silently skipped.
+//   - scan: Client.Names.
+//   - subscribe: the wake-up channel of a Client that waits.
+//   - ping: the keep-alive of that subscription after 15s of silence.
+//   - the rest run inside the scripts, where ACLs apply as well:
+//     time (the only clock), hmget/hset/hdel/hincrby (the state hash),
+//     zadd/zrem/zscore/zmscore/zrange/zrangebyscore/zrevrangebyscore (the
+//     leases and the queue), pexpireat/persist (key expiry), publish
+//     (waking another Client's waiters).
+const aclSetUser = "ACL SETUSER redsem on >password ~redsem:* resetchannels &redsem:* -@all" +
+	" +evalsha +eval +hget +info +scan +subscribe +ping" +
+	" +time +hmget +hset +hdel +hincrby" +
+	" +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore" +
+	" +pexpireat +persist +publish"
+
+// pubsubKeepAlive is how long the wake-up connection stays silent before
+// the Client pings it (receive in single.go); only a wait longer than
+// that sends PING.
+const pubsubKeepAlive = 15 * time.Second
+
+// TestACL runs the core of the library as a user that has only what
+// aclSetUser grants, and proves that every command granted is used and
+// that nothing it sent was refused, including refusals the library
+// tolerates without an error (INFO, the pub/sub ping, SUBSCRIBE, which
+// falls back to polling).
+func TestACL(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, aclArgs(aclSetUser)...).Err(); err != nil {
+		t.Fatalf("%s: %v", aclSetUser, err)
+	}
+	asUser := func() *redis.Client {
+		return srv.Client(t, func(o *redis.Options) {
+			o.Username, o.Password = "redsem", "password"
+			o.ContextTimeoutEnabled = true // as the README recommends
+		})
+	}
+	rdbA, rdbB := asUser(), asUser()
+
+	// The ACL must be in force, or the rest proves nothing: a key outside
+	// the prefix, a command not granted, a channel outside the prefix.
+	for what, err := range map[string]error{
+		"HGET other:x":       rdbA.HGet(ctx, "other:x", "f").Err(),
+		"GET other:x":        rdbA.Get(ctx, "other:x").Err(),
+		"GET redsem:x":       rdbA.Get(ctx, "redsem:x").Err(),
+		"PUBLISH other:wake": rdbA.Publish(ctx, "other:wake", "x").Err(),
+	} {
+		if !redis.HasErrorPrefix(err, "NOPERM") {
+			t.Errorf("%s as the restricted user: want NOPERM, got %v", what, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	// From here on, any entry in the ACL log is a refusal of the library.
+	if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+
+	logs := &aclLogs{}
+	a := aclClient(t, rdbA, logs)
+	b := aclClient(t, rdbB, logs)
+	semA, err := a.Semaphore("acl", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The waiter below outlasts pubsubKeepAlive.
+	semB, err := b.Semaphore("acl", 1, limiter.AcquireTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l1, err := semA.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal("TryAcquire:", err)
+	}
+	if err := l1.Refresh(ctx); err != nil {
+		t.Fatal("Refresh:", err)
+	}
+	// A full semaphore takes other paths of the script (sweep, earliest).
+	if _, err := semA.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("TryAcquire on a full semaphore: want ErrBusy, got %v", err)
+	}
+	hs, err := semA.Holders(ctx)
+	if err != nil {
+		t.Fatal("Holders:", err)
+	}
+	if len(hs) != 1 || hs[0].ID != l1.ID() || hs[0].Token != l1.Token() {
+		t.Fatalf("Holders: %+v, want only %s", hs, l1.ID())
+	}
+
+	if err := semA.SetLimit(ctx, 2); err != nil {
+		t.Fatal("SetLimit:", err)
+	}
+	if n, fleet, err := semA.EffectiveLimit(ctx); err != nil || n != 2 || !fleet {
+		t.Fatalf("EffectiveLimit after SetLimit(2) = %d, %v, %v", n, fleet, err)
+	}
+	handed, err := semA.Acquire(ctx)
+	if err != nil {
+		t.Fatal("Acquire:", err)
+	}
+	handed.StopRefresh()
+	resumed, err := semB.Resume(ctx, handed.Ticket())
+	if err != nil {
+		t.Fatal("Resume:", err)
+	}
+	if resumed.Token() <= handed.Token() {
+		t.Fatalf("Resume: token %d, not above %d", resumed.Token(), handed.Token())
+	}
+	if err := resumed.Release(ctx); err != nil {
+		t.Fatal("Release of the resumed lease:", err)
+	}
+	if err := semA.SetLimit(ctx, 0); err != nil {
+		t.Fatal("SetLimit(0):", err)
+	}
+	if n, fleet, err := semA.EffectiveLimit(ctx); err != nil || n != 1 || fleet {
+		t.Fatalf("EffectiveLimit after SetLimit(0) = %d, %v, %v", n, fleet, err)
+	}
+	names, err := a.Names(ctx, "")
+	if err != nil {
+		t.Fatal("Names:", err)
+	}
+	if !slices.Equal(names, []string{"acl"}) {
+		t.Fatalf("Names = %q, want [acl]", names)
+	}
+
+	type acquired struct {
+		l   *limiter.Lease
+		err error
+	}
+	waited := make(chan acquired, 1)
+	go func() {
+		l, err := semB.Acquire(ctx)
+		waited <- acquired{l, err}
+	}()
+	redistest.Eventually(t, 10*time.Second, "B's waiter queued", func() bool {
+		select {
+		case w := <-waited:
+			t.Fatalf("the waiter returned before any release: %v", w.err)
+		default:
+		}
+		ws, err := semA.Waiters(ctx)
+		if err != nil {
+			t.Error("Waiters:", err)
+			return true
+		}
+		return len(ws) == 1
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	queued := time.Now()
+	// INFO is read once per Client, before its first attempt; polling the
+	// stats below sends INFO too, so count it now.
+	if n := srv.CommandCalls(t)["info"]; n < 2 {
+		t.Errorf("INFO ran %d times, want one per Client", n)
+	}
+
+	// Only a wait past the keep-alive sends the pub/sub PING.
+	time.Sleep(time.Until(queued.Add(pubsubKeepAlive)))
+	redistest.Eventually(t, 10*time.Second, "the wake-up connection pinged", func() bool {
+		return srv.CommandCalls(t)["ping"] > 0
+	})
+	select {
+	case w := <-waited:
+		t.Fatalf("the waiter returned before any release: %v", w.err)
+	default:
+	}
+
+	// The release publishes on B's channel.
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal("Release:", err)
+	}
+	w := <-waited
+	if w.err != nil {
+		t.Fatal("Acquire of the waiter:", w.err)
+	}
+	if w.l.Token() <= resumed.Token() {
+		t.Fatalf("waiter's token %d, not above %d", w.l.Token(), resumed.Token())
+	}
+
+	// Close releases the waiter's lease.
+	for _, c := range []*limiter.Client{a, b} {
+		if err := c.Close(ctx); err != nil {
+			t.Fatal("Close:", err)
+		}
+	}
+
+	calls := srv.CommandCalls(t)
+	for _, cmd := range aclCommands(aclSetUser) {
+		if calls[cmd] == 0 {
+			t.Errorf("%s is granted but was never run: the test misses a path, or the ACL grants too much", cmd)
+		}
+	}
+	if refused := aclRefusals(t, ctx, admin); len(refused) > 0 {
+		t.Errorf("the server refused the library:\n%s", strings.Join(refused, "\n"))
+	}
+	for _, rec := range logs.all() {
+		t.Errorf("logged: %s", rec)
+	}
+}
+
+// aclArgs splits an ACL SETUSER line into the arguments of one command.
+func aclArgs(line string) []any {
+	var args []any
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	return args
+}
+
+// aclCommands lists the commands an ACL SETUSER line grants.
+func aclCommands(line string) []string {
+	var cmds []string
+	for _, f := range strings.Fields(line) {
+		if cmd, ok := strings.CutPrefix(f, "+"); ok {
+			cmds = append(cmds, strings.ToLower(cmd))
+		}
+	}
+	return cmds
+}
+
+// aclClient is a limiter Client closed at cleanup in case the test stops
+// early; the test closes it itself to check Close's own commands.
+func aclClient(t *testing.T, rdb redis.UniversalClient, logs *aclLogs) *limiter.Client {
+	t.Helper()
+	c, err := limiter.New(rdb, limiter.Logger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
+}
+
+// aclRefusals returns the entries of the ACL log, but for CLIENT SETINFO:
+// go-redis sends it on every new connection and ignores its failure
+// (Redis 7.2 on; older servers do not know it), and the library does not
+// need it.
+func aclRefusals(t *testing.T, ctx context.Context, admin *redis.Client) []string {
+	t.Helper()
+	entries, err := admin.Do(ctx, "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal("ACL LOG:", err)
+	}
+	var out []string
+	for _, e := range entries {
+		f := aclEntry(e)
+		if f["object"] == "client|setinfo" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s (%s, in %s)", f["reason"], f["object"], f["username"], f["context"]))
+	}
+	return out
+}
+
+// aclEntry reads one ACL LOG entry, a map in RESP3 and a flat list of
+// pairs in RESP2.
+func aclEntry(e any) map[string]string {
+	f := map[string]string{}
+	switch v := e.(type) {
+	case map[any]any:
+		for k, x := range v {
+			f[fmt.Sprint(k)] = fmt.Sprint(x)
+		}
+	case []any:
+		for i := 0; i+1 < len(v); i += 2 {
+			f[fmt.Sprint(v[i])] = fmt.Sprint(v[i+1])
+		}
+	}
+	return f
+}
+
+// aclLogs records what the library logs: every message it has is about
+// something going wrong (a refused INFO is logged only at Debug).
+type aclLogs struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (h *aclLogs) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *aclLogs) Handle(_ context.Context, r slog.Record) error {
+	s := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		s += " " + a.String()
+		return true
+	})
+	h.mu.Lock()
+	h.recs = append(h.recs, s)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *aclLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *aclLogs) WithGroup(string) slog.Handler      { return h }
+
+func (h *aclLogs) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.recs)
+}
