@@ -26,22 +26,30 @@ func newKeyspace(prefix, name string, limit int64) keyspace {
 	return keyspace{keys: []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}, limit: limit}
 }
 
-// statePattern is the SCAN pattern of the state keys of the names that
-// match the glob match.
-func statePattern(prefix, match string) string {
-	if match == "" {
-		match = "*"
-	}
-	return prefix + "{" + tagEscaper.Replace(match) + stateSuffix
+// statePattern is the SCAN pattern of the state keys under prefix, of
+// every name: the prefix is escaped so that its glob characters match
+// only themselves, and no caller's glob goes in, since Redis would match
+// it against the escaped name and the suffix after it (Names filters the
+// names instead).
+func statePattern(prefix string) string {
+	return globEscape(prefix) + "{*" + stateSuffix
 }
 
-// nameOfStateKey undoes newKeyspace for a state key.
+// nameOfStateKey undoes newKeyspace for a state key. SCAN also brings
+// keys that only look like one, such as another program's "p{a}b}:state"
+// or "p{}:state": a key is taken only if it is the state key of the name
+// it gives, so Names lists no name that a key merely resembles.
 func nameOfStateKey(key string) (string, bool) {
 	open := strings.IndexByte(key, '{')
-	if open < 0 || !strings.HasSuffix(key, stateSuffix) {
+	if open < 0 || !strings.HasSuffix(key, stateSuffix) || len(key)-len(stateSuffix) <= open+1 {
 		return "", false
 	}
-	return tagUnescaper.Replace(key[open+1 : len(key)-len(stateSuffix)]), true
+	escaped := key[open+1 : len(key)-len(stateSuffix)]
+	name := tagUnescaper.Replace(escaped)
+	if tagEscaper.Replace(name) != escaped {
+		return "", false
+	}
+	return name, true
 }
 
 // id is what the keyspace is known by in maps: its first key.

@@ -65,18 +65,33 @@ func (s *Semaphore) EffectiveLimit(ctx context.Context) (limit int64, fleet bool
 // state in Redis (held, waited on, or used within about two TTLs, or with
 // a stored limit) and whose name matches the glob match ("" matches all),
 // scanning every master of a Cluster and every node of a Redlock Client.
-// It is for operators: it SCANs the keyspace. A Redis failure is returned
-// wrapped.
+// match is a glob in Redis's syntax (that of KEYS and SCAN MATCH: '*',
+// '?', '[...]' with '^' and ranges, '\' quoting the next byte), matched
+// against the name itself, as passed to Client.Semaphore, not against its
+// key: neither the prefix nor how the key encodes the name plays a part,
+// and a malformed glob selects what Redis would select with it. It is for
+// operators: it SCANs every state key under the prefix, whatever match
+// is. A Redis failure is returned wrapped.
 func (c *Client) Names(ctx context.Context, match string) ([]string, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
 	}
-	names, err := c.st.names(ctx, statePattern(c.cfg.prefix, match))
+	names, err := c.st.names(ctx, statePattern(c.cfg.prefix))
 	if err != nil {
 		return nil, fmt.Errorf("limiter: list names: %w", err)
 	}
+	names = matchingNames(names, match)
 	slices.Sort(names)
 	return names, nil
+}
+
+// matchingNames keeps, in place, the names that the glob match selects
+// ("" selects all).
+func matchingNames(names []string, match string) []string {
+	if match == "" {
+		return names
+	}
+	return slices.DeleteFunc(names, func(name string) bool { return !globMatch(match, name) })
 }
 
 // Waiter describes one request waiting in a semaphore's queue, as Redis

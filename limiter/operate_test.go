@@ -1,10 +1,14 @@
 package limiter_test
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
@@ -150,6 +154,101 @@ func TestNames(t *testing.T) {
 			t.Fatalf("Names(api-*): %v %v", api, err)
 		}
 	})
+}
+
+// A Prefix's glob characters match only themselves, and the glob of
+// Names selects names as Redis's matcher would select them as they are,
+// not as the key spells them (with "%25", "%7B", then "}:state" after).
+func TestNamesGlobAndPrefix(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 20*time.Second)
+		rdb := b.client(t)
+		holding := func(prefix string, names ...string) *limiter.Client {
+			c := redistest.Limiter(t, rdb, limiter.Prefix(prefix))
+			for _, n := range names {
+				s, err := c.Semaphore(n, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.TryAcquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return c
+		}
+		wantNames := func(c *limiter.Client, what, match string, want ...string) {
+			t.Helper()
+			got, err := c.Names(ctx, match)
+			if err != nil || !slices.Equal(got, want) {
+				t.Errorf("%s: Names(%q) = %q, %v; want %q", what, match, got, err, want)
+			}
+		}
+
+		// Each prefix is the other's SCAN pattern, unescaped.
+		for _, pair := range [][2]string{{"svc[eu]:", "svce:"}, {"app*", "app2:"}, {`p\`, "p"}, {"q?", "qq"}} {
+			own, other := holding(pair[0], "mine"), holding(pair[1], "theirs")
+			wantNames(own, "prefix "+pair[0], "", "mine")
+			wantNames(other, "prefix "+pair[1], "", "theirs")
+		}
+
+		names := []string{"x%", "{", "n", "%7B", `a\b`}
+		c := holding("glob:", names...)
+		wantNames(c, "all", "", "%7B", `a\b`, "n", "x%", "{")
+		wantNames(c, "the 5 of an escaped %", "*5")
+		wantNames(c, "one byte, whatever the key makes of it", "?", "n", "{")
+		wantNames(c, "a class of a brace", "[{]", "{")
+		wantNames(c, "an escape, not the name's escaping", "?7B", "%7B")
+		wantNames(c, "a trailing backslash", `n\`)
+		wantNames(c, "an unclosed class", "[n", "n")
+		wantNames(c, "an escaped backslash", `a\\b`, `a\b`)
+
+		// Whatever the glob, Names selects what Redis's own matcher does
+		// when the keys are the names themselves.
+		for _, n := range names {
+			if err := rdb.Set(ctx, n, "", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, glob := range []string{"*", "*5", "?", "??", "[{]", "[^n]", "?7B", `n\`, `*\`, "[n", "[", "[^", "]",
+			`[\]]`, "x\\%", "[%-{]", "[{-%]", "*%*", "**{", `a\\b`, `a[\\]b`, "a?b"} {
+			var want []string
+			for _, k := range keysMatching(t, rdb, glob) {
+				if slices.Contains(names, k) {
+					want = append(want, k)
+				}
+			}
+			slices.Sort(want)
+			wantNames(c, "as the server matches", glob, want...)
+		}
+	})
+}
+
+// keysMatching runs KEYS pattern on every master.
+func keysMatching(t *testing.T, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		found []string
+	)
+	keys := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		found = append(found, ks...)
+		mu.Unlock()
+		return err
+	}
+	ctx := ctxT(t, 5*time.Second)
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, keys)
+	case *redis.Client:
+		err = keys(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
 }
 
 // Waiters lists the queue in the order it is served.

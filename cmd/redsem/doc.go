@@ -7,7 +7,8 @@
 //
 // Usage:
 //
-//	redsem [flags] ls [PATTERN]        semaphores under the prefix; PATTERN is a glob (default *)
+//	redsem [flags] ls [PATTERN]        semaphores under the prefix whose names match PATTERN,
+//	                                   a Redis glob (* ? [a-z] [^x] \x) on the name (default *)
 //	redsem [flags] show NAME           a semaphore's limit, holders and wait queue
 //	redsem [flags] watch NAME          show, live, until Ctrl-C
 //	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it

@@ -16,7 +16,8 @@ import (
 )
 
 const usage = `usage:
-  redsem [flags] ls [PATTERN]        semaphores under the prefix; PATTERN is a glob (default *)
+  redsem [flags] ls [PATTERN]        semaphores under the prefix whose names match PATTERN,
+                                     a Redis glob (* ? [a-z] [^x] \x) on the name (default *)
   redsem [flags] show NAME           a semaphore's limit, holders and wait queue
   redsem [flags] watch NAME          show, live, until Ctrl-C: redrawn in place on a
                                      terminal, a line per change when piped
