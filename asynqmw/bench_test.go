@@ -97,7 +97,7 @@ func BenchmarkNoopThroughput(b *testing.B) {
 	noop := func(context.Context, *asynq.Task) error { return nil }
 	ungated, plainCPU := drain(b, redistest.StartServer(b), b.N, nil, noop)
 	srv := redistest.StartServer(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}) // as README advises
 	b.Cleanup(func() { rdb.Close() })
 	var trips roundTrips
 	rdb.AddHook(&trips)

@@ -80,7 +80,7 @@ if ARGV[11] == '1' and not conflict then
 end
 
 if not conflict and ahead and total + ahead + weight <= limit then
-  local tok = fmt(math.max(last + 1, tonumber(ARGV[5]) or now))
+  local tok = next_token(last, ARGV[5], now)
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no

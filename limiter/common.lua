@@ -38,6 +38,19 @@ local function parse(v)
   return tonumber(w), second, third
 end
 
+-- The next fencing token after last: a quorum's proposal, so that its
+-- nodes agree, but only within PROPOSAL_SKEW of this server's clock, else
+-- the clock itself. Tokens thus stay within the skew of server time, and
+-- since the keys outlive the last lease by a TTL and a second, a name
+-- whose keys expired (forgetting last) still issues higher tokens, even
+-- after a client whose clock was an hour off.
+local PROPOSAL_SKEW = 500000 -- µs
+local function next_token(last, proposed, now)
+  local p = tonumber(proposed)
+  if not p or math.abs(p - now) > PROPOSAL_SKEW then p = now end
+  return fmt(math.max(last + 1, p))
+end
+
 local function clock_ms()
   return math.floor(now_us() / 1000)
 end

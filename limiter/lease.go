@@ -78,7 +78,8 @@ func (l *Lease) ID() string { return l.id }
 // earlier acquisition or handover of this semaphore name, including after
 // every key of the name expired (tokens are never below the Redis
 // server's time in microseconds; on a Redlock Client, the highest of the
-// quorum's). A same-id retry after a lost reply returns the lease's
+// quorum's, which follows the nodes' clocks within half a second whatever
+// the clients' clocks say). A same-id retry after a lost reply returns the lease's
 // existing token; Resume gives a new one. Pass it to the resource you
 // protect so it can refuse a holder that was superseded.
 func (l *Lease) Token() int64 {

@@ -104,8 +104,9 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } }
 
 // NodeTimeout bounds each node's answer on a Redlock Client (default
-// TTL/10, at most 500ms): a slow or paused node is counted as failed
-// rather than holding up the quorum; there only the value given to
+// TTL/3, at most 500ms): a slow or paused node is counted as failed
+// rather than holding up the quorum, and Acquire tries again (within
+// AcquireTimeout) when too many failed; there only the value given to
 // NewRedlock counts. On any Client, a Semaphore's NodeTimeout also bounds
 // how long an attempt in flight when AcquireTimeout runs out may still
 // take. It must be less than the TTL.
@@ -171,7 +172,9 @@ func (c *config) nodeWait() time.Duration {
 	if c.nodeTimeout > 0 {
 		return c.nodeTimeout
 	}
-	return min(c.ttl/10, 500*time.Millisecond)
+	// A third of the TTL leaves the lease most of its life after a slow
+	// node's answer; a tenth made one node a few ms slow fail short TTLs.
+	return min(c.ttl/3, 500*time.Millisecond)
 }
 
 // drift is how much earlier than Redis a holder considers its lease over.

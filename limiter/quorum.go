@@ -92,14 +92,23 @@ type quorumStore struct {
 	cfg         *config
 	spawn       func(func())
 	lastToken   atomic.Int64 // highest token seen, so proposals only grow
+	// now is the clock proposals come from (a test shifts it); the nodes
+	// accept a proposal only near their own clocks (next_token).
+	now func() time.Time
 }
 
 func newQuorumStore(nodes []redis.UniversalClient, addrs []string, cfg *config, spawn func(func())) *quorumStore {
-	q := &quorumStore{addrs: addrs, nodeTimeout: cfg.nodeWait(), cfg: cfg, spawn: spawn}
+	q := &quorumStore{addrs: addrs, nodeTimeout: cfg.nodeWait(), cfg: cfg, spawn: spawn, now: time.Now}
 	for _, n := range nodes {
 		q.nodes = append(q.nodes, newRedisStore(n, false))
 	}
 	return q
+}
+
+// proposal is the token this Client proposes to the nodes: its clock, or
+// above every token it saw.
+func (q *quorumStore) proposal() string {
+	return strconv.FormatInt(max(q.now().UnixMicro(), q.lastToken.Load()+1), 10)
 }
 
 func (q *quorumStore) quorum(k keyspace) int { return quorumSize(len(q.nodes), k.limit) }
@@ -160,7 +169,7 @@ func gather[T any](ctx context.Context, q *quorumStore, nodes []int, ask func(ct
 func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (result acquireReply, _ error) {
 	start := time.Now()
 	quorum := q.quorum(k)
-	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
+	r.proposed = q.proposal()
 	n := len(q.nodes)
 	replies := make([]acquireReply, n)
 	defer func() {
@@ -447,7 +456,7 @@ func union(a, b []string) []string {
 // granted, written back where it differs.
 func (q *quorumStore) resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error) {
 	quorum := q.quorum(k)
-	r.proposed = strconv.FormatInt(max(time.Now().UnixMicro(), q.lastToken.Load()+1), 10)
+	r.proposed = q.proposal()
 	replies := make([]acquireReply, len(q.nodes))
 	errs := make([]error, len(q.nodes))
 	var granted []int

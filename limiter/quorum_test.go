@@ -452,3 +452,79 @@ func TestRedlockWaiterDoesNotBusyLoop(t *testing.T) {
 	t.Logf("node c during a 3s wait: %v", calls)
 	_ = l.Release(ctx)
 }
+
+// Fencing tokens never go backwards after a name's keys expired, whatever
+// the clocks of the Redlock clients that proposed them: a client an hour
+// ahead, then one on time, then one an hour behind.
+func TestRedlockTokensIgnoreClientClocks(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	const ttl = 200 * time.Millisecond
+	var last int64
+	for _, shift := range []time.Duration{time.Hour, 0, -time.Hour} {
+		c, err := limiter.NewRedlock(q.nodes, limiter.TTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limiter.ShiftQuorumClock(c, shift)
+		mu, _ := c.Mutex("clock-skew")
+		l, err := mu.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() <= last {
+			t.Fatalf("client clock off by %v: token %d after %d", shift, l.Token(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for the keys, and the last token with them, to expire.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			n := int64(0)
+			for _, node := range q.nodes {
+				n += node.Exists(ctx, "redsem:{clock-skew}:state").Val()
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the keys did not expire")
+			}
+		}
+	}
+}
+
+// A quorum lost for a moment (two of three nodes restarting) delays
+// Acquire rather than failing it, within AcquireTimeout; once that runs
+// out the QuorumError is returned.
+func TestRedlockAcquireRetriesAFailedQuorum(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	mu, err := newRedlockMutex(t, q.nodes, "quorum-back", limiter.AcquireTimeout(5*time.Second), limiter.TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[1].Stop(t)
+	q.servers[2].Stop(t)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		q.servers[1].Restart(t)
+		q.servers[2].Restart(t)
+	}()
+	l, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire while the quorum came back: %v", err)
+	}
+	_ = l.Release(ctx)
+
+	q.servers[2].Stop(t)
+	q.servers[1].Stop(t)
+	short, _ := newRedlockMutex(t, q.nodes, "quorum-gone", limiter.AcquireTimeout(300*time.Millisecond), limiter.TTL(time.Second))
+	if _, err := short.Acquire(ctx); !errors.As(err, new(*limiter.QuorumError)) {
+		t.Fatalf("Acquire with the quorum gone for good: %v, want the QuorumError", err)
+	}
+}

@@ -14,7 +14,7 @@ local now = now_us()
 local now_ms = math.floor(now / 1000)
 local score = redis.call('ZSCORE', KEYS[1], id)
 if not score or tonumber(score) <= now_ms then return 0 end
-local newtok = fmt(math.max((tonumber(st[2]) or 0) + 1, tonumber(ARGV[5]) or now))
+local newtok = next_token(tonumber(st[2]) or 0, ARGV[5], now)
 local exp = now_ms + ttl
 redis.call('ZADD', KEYS[1], fmt(exp), id)
 local at = next_keyexp(exp, ttl, tonumber(st[3]) or 0)

@@ -99,7 +99,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // context.Cause(ctx) when ctx ends first, and with ErrClosed when the
 // Client is closed; in each case it holds nothing and leaves the queue,
 // passing its turn on. A Redis failure is returned at once, wrapped,
-// rather than hidden behind a timeout.
+// rather than hidden behind a timeout; on a Redlock Client a
+// *QuorumError (too many nodes failed) is tried again until AcquireTimeout
+// or ctx ends, and then returned.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
 	r, err := s.request(ctx, opts)
 	if err != nil {

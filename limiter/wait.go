@@ -69,6 +69,15 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		switch {
 		case err != nil && attemptCtx.Err() != nil:
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
+		case err != nil && errors.As(err, new(*QuorumError)) && ctx.Done() != nil:
+			// A quorum that failed may come back (a node slow, restarting
+			// or failing over): try again while AcquireTimeout and ctx
+			// allow, and report this failure if they run out. A single
+			// Redis's failure is returned at once.
+			if !s.pause(ctx, s.cfg.nodeWait()) {
+				return nil, err
+			}
+			continue
 		case err != nil:
 			return nil, err
 		case l != nil:
@@ -111,6 +120,20 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			}
 		}
 	}
+}
+
+// pause waits d (with jitter, so that retrying clients spread out), and
+// reports false when ctx or the Client ended first.
+func (s *Semaphore) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-s.c.ctx.Done():
+	}
+	return false
 }
 
 // leave takes a waiter that gave up out of the queue and passes its turn
