@@ -2,7 +2,9 @@
 --       owner (the asking Client), reclaim ('': no; else a token: the
 --       owner has no live Lease of this id, so its lease of the id with a
 --       token above this one is a retry's, whose reply was lost), wait id
---       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0)
+--       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0),
+--       handoff (1: a release may grant this waiter its lease directly,
+--       under the lease id wait; see release.lua)
 -- A quorum proposes the token so that its nodes, whose clocks differ,
 -- agree on it unless one has seen a later token. A quorum does not queue
 -- in order (fifo 0): each node's queue only says whom to wake, since an
@@ -42,7 +44,12 @@ if st[4] then
   local score = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
   if score > now_ms then
     if w ~= weight then return {-1, w} end
-    if reclaim_above and holder == owner and tonumber(tok) > reclaim_above then
+    -- A lease a release handed to this waiter (id == wait), whose wake-up
+    -- was lost, is its own too. Only releases in order hand over (fifo);
+    -- on a quorum's node such a lease is what an earlier attempt left,
+    -- which its rollback may be removing right now: not to be counted.
+    local handed = ARGV[11] == '1' and id == wait
+    if holder == owner and ((reclaim_above and tonumber(tok) > reclaim_above) or handed) then
       exp = math.max(exp, score) -- never shorten
       redis.call('ZADD', KEYS[1], fmt(exp), id)
       local at = next_keyexp(exp, ttl, keyexp)
@@ -106,7 +113,9 @@ local head = 0
 if wait ~= '' then
   if ahead == 0 then head = 1 end
   local wexp = now_ms + tonumber(ARGV[9])
-  local rec = ARGV[2] .. ':' .. fmt(wexp) .. ':' .. own
+  local hand = '0'
+  if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
+  local rec = ARGV[2] .. ':' .. fmt(wexp) .. ':' .. hand .. ':' .. own
   if not mine then
     local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
     redis.call('ZADD', KEYS[3], seq, wait)

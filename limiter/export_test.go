@@ -26,3 +26,22 @@ func AcquireOnce(ctx context.Context, s *Semaphore, id, wait string, reclaim boo
 func ShiftQuorumClock(c *Client, d time.Duration) {
 	c.st.(*quorumStore).now = func() time.Time { return time.Now().Add(d) }
 }
+
+// QueueForHandoff queues id on s as Acquire does for a waiter a release
+// may hand its lease to (wait id = lease id), without waiting: the test
+// plays a waiter whose wake-up is lost, or one that leaves.
+func QueueForHandoff(ctx context.Context, s *Semaphore, id string) (granted bool, err error) {
+	r, err := s.request(ctx, []AcquireOption{ID(id)})
+	if err != nil {
+		return false, err
+	}
+	r.wait, r.handoff = id, true
+	rep, err := s.c.st.acquire(ctx, s.keys, r)
+	return rep.granted, err
+}
+
+// Leave runs what a waiter that gives up runs.
+func Leave(ctx context.Context, s *Semaphore, wait string) error {
+	_, err := s.c.st.leave(ctx, s.keys, wait, s.c.channel)
+	return err
+}

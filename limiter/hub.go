@@ -2,14 +2,17 @@ package limiter
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"time"
 )
 
 // hub delivers wake-ups to this Client's waiters. A release in any process
 // publishes the ids of the queued waiters it now has room for on the wake
 // channel of each one's Client, so a Client needs one subscription (one
 // connection per node) whatever the number of names it waits on, and a
-// release wakes only those who can now be granted.
+// release wakes only those who can now be granted. A message "id token"
+// says the release granted the waiter its lease (the handoff).
 type hub struct {
 	c *Client
 
@@ -26,6 +29,13 @@ type waiter struct {
 	id   string // its queue entry, unique across processes
 	sem  *Semaphore
 	wake chan struct{}
+
+	mu sync.Mutex
+	// grant is the token of the lease a release handed it ("": none).
+	grant string
+	// queuedAt is when the latest request that Redis answered with this
+	// waiter still queued was sent: a handoff came after it.
+	queuedAt time.Time
 }
 
 func newHub(c *Client) *hub {
@@ -78,18 +88,25 @@ func (h *hub) outcome(err error) {
 	}
 }
 
-func (h *hub) deliver(id string) { h.wake([]string{id}) }
+func (h *hub) deliver(msg string) { h.wake([]string{msg}) }
 
-// wake signals the named waiters of this Client; unknown ids (a waiter
-// that already left) are ignored.
-func (h *hub) wake(ids []string) {
-	if len(ids) == 0 {
+// wake signals the waiters of this Client that the messages name ("id",
+// or "id token" for a handoff). Unknown ids are ignored: a waiter that
+// already left gave back, in its leave script, a lease handed to it.
+func (h *hub) wake(msgs []string) {
+	if len(msgs) == 0 {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, id := range ids {
+	for _, m := range msgs {
+		id, token, _ := strings.Cut(m, " ")
 		if w := h.waiters[id]; w != nil {
+			if token != "" {
+				w.mu.Lock()
+				w.grant = token
+				w.mu.Unlock()
+			}
 			w.signal()
 		}
 	}
@@ -110,6 +127,25 @@ func (h *hub) remove(w *waiter) {
 	h.mu.Lock()
 	delete(h.waiters, w.id)
 	h.mu.Unlock()
+}
+
+// queued records that Redis answered a request sent at sent with the
+// waiter still queued.
+func (w *waiter) queued(sent time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sent.After(w.queuedAt) {
+		w.queuedAt = sent
+	}
+}
+
+// handoff takes the token of a lease handed to the waiter ("" if none),
+// with the time its Redis expiry is counted after.
+func (w *waiter) handoff() (token string, after time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	token, w.grant = w.grant, ""
+	return token, w.queuedAt
 }
 
 func (w *waiter) signal() {

@@ -44,13 +44,14 @@ type Lease struct {
 	watchdog  *time.Timer
 }
 
-// newLease makes the lease of a grant whose request was sent at sent. It
-// fails, and the caller gives the permits back, when the lease's local
-// deadline already passed (ErrLeaseLost: a reply that slow is of no use)
-// or the Client's Close began (ErrClosed: Close releases only the leases
-// it found).
-func newLease(parent context.Context, s *Semaphore, id string, given bool, r acquireReply, sent time.Time) (*Lease, error) {
-	deadline := sent.Add(s.cfg.ttl - s.cfg.drift(s.cfg.ttl))
+// newLease makes the lease of a grant that Redis made to last at least
+// life (the TTL, or less for a handoff) after sent, a time before the
+// grant. It fails, and the caller gives the permits back, when the lease's
+// local deadline already passed (ErrLeaseLost: a reply that slow is of no
+// use) or the Client's Close began (ErrClosed: Close releases only the
+// leases it found).
+func newLease(parent context.Context, s *Semaphore, id string, given bool, r acquireReply, sent time.Time, life time.Duration) (*Lease, error) {
+	deadline := sent.Add(life - s.cfg.drift(s.cfg.ttl))
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
@@ -66,7 +67,9 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r acq
 	l.mu.Unlock()
 	s.cfg.metrics.held(s.name, 1)
 	if l.auto {
-		s.c.refresher.addLease(l, sent)
+		// A shorter life (a handoff) is extended to the TTL by the first
+		// refresh, late enough that a short hold ends before it.
+		s.c.refresher.addLease(l, sent.Add(min(s.cfg.refresh, life*3/4)))
 	}
 	return l, nil
 }

@@ -48,9 +48,9 @@ func newRefresher(c *Client) *refresher {
 	return &refresher{c: c, byOwner: map[any]*entry{}, kick: make(chan struct{}, 1)}
 }
 
-// addLease keeps l alive from now on, unless it already ended.
-func (r *refresher) addLease(l *Lease, sent time.Time) {
-	r.add(l, &entry{lease: l, due: sent.Add(l.sem.cfg.refresh), interval: l.sem.cfg.refresh}, func() bool { return l.Err() == nil })
+// addLease keeps l alive from due on, unless it already ended.
+func (r *refresher) addLease(l *Lease, due time.Time) {
+	r.add(l, &entry{lease: l, due: due, interval: l.sem.cfg.refresh}, func() bool { return l.Err() == nil })
 }
 
 func (r *refresher) addWaiter(w *waiter) {
@@ -208,7 +208,12 @@ func (r *refresher) refresh(entries []*entry) {
 			case res.err != nil:
 				retry[e] = true
 			case j < len(res.waits) && res.waits[j] != waiterQueued:
+				if res.waits[j] == waiterFits {
+					e.waiter.queued(sent)
+				}
 				e.waiter.signal() // gone: it queues again; fits: it tries now
+			case j < len(res.waits):
+				e.waiter.queued(sent)
 			}
 		}
 	}

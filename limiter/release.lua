@@ -5,10 +5,12 @@
 --       live, as a Lease within its local deadline does, so the clock
 --       and the score need not be read)
 -- Returns {permits the lease held (0 when it was not held: expired,
--- released, or another incarnation of the id), own waiters woken...}.
+-- released, or another incarnation of the id), own waiters woken...},
+-- each "wait id" or, when granted here, "wait id token" (also the
+-- message published to another Client's waiter).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
-local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit')
+local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp')
 if not st[1] then return {0} end
 local w, tok = parse(st[1])
 if want ~= '' and tok ~= want then return {0} end
@@ -22,11 +24,55 @@ if ARGV[5] == '1' then
 end
 local total = (tonumber(st[2]) or w) - w
 redis.call('ZREM', KEYS[1], id)
-redis.call('HDEL', KEYS[2], field)
-redis.call('HSET', KEYS[2], 'total', fmt(total))
+local hdel = {'HDEL', KEYS[2], field}
+local hset = {'HSET', KEYS[2]}
 if ARGV[4] == '1' then
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = tonumber(st[3]) or math.huge
-  for _, v in ipairs(wake_fitting(now, limit - total, ARGV[3], limit)) do reply[#reply + 1] = v end
+  -- The waiters that now fit are granted their leases here (the handoff),
+  -- each under its wait id, and told the token: no acquire round trip
+  -- follows. The waiter's local deadline counts from its last request
+  -- Redis answered "queued", which this script follows; and so that a
+  -- waiter whose process died holds the permits no longer than its queue
+  -- entry would have lived, the lease expires with the entry (the waiter
+  -- refreshes it at once to its TTL). Waiters that cannot take a handoff
+  -- (handoff ttl 0: see acquire.lua) are only woken.
+  local clock, last, newest, maxttl = nil, tonumber(st[4]) or 0, 0, 0
+  local zadd, zrem = {}, {}
+  for _, f in ipairs(fitting(now, limit - total, limit)) do
+    local wait, channel, fw, hand, fexp = f[1], f[2], f[3], f[4], f[5]
+    local msg = wait
+    if hand > 0 then
+      clock = clock or now_us()
+      local t = next_token(last, '', clock)
+      last = tonumber(t)
+      local exp = math.min(math.floor(clock / 1000) + hand, fexp)
+      zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
+      zrem[#zrem + 1] = wait
+      hdel[#hdel + 1] = '?' .. wait
+      hset[#hset + 1], hset[#hset + 2] = ':' .. wait, fmt(fw) .. ':' .. t .. ':' .. string.match(channel, '([^:]*)$')
+      total = total + fw
+      newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
+      msg = wait .. ' ' .. t
+    end
+    if channel == ARGV[3] then
+      reply[#reply + 1] = msg
+    else
+      redis.call('PUBLISH', channel, msg)
+    end
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
+    redis.call('ZREM', KEYS[3], unpack(zrem))
+    hset[#hset + 1], hset[#hset + 2] = 'token', fmt(last)
+    local at = next_keyexp(newest, maxttl, tonumber(st[5]) or 0)
+    if at then
+      hset[#hset + 1], hset[#hset + 2] = 'keyexp', at
+      expire_keys(at)
+    end
+  end
 end
+hset[#hset + 1], hset[#hset + 2] = 'total', fmt(total)
+redis.call(unpack(hdel))
+redis.call(unpack(hset))
 return reply

@@ -158,7 +158,7 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	if !rep.granted {
 		return nil, rep, nil
 	}
-	l, lerr := newLease(ctx, s, r.id, r.idGiven, rep, sent)
+	l, lerr := newLease(ctx, s, r.id, r.idGiven, rep, sent, s.cfg.ttl)
 	if lerr != nil {
 		s.forget(r.id, rep.token) // before returning: the caller, or Close, sees the permits free
 		return nil, rep, fmt.Errorf("limiter: acquire %q: %w", s.name, lerr)
@@ -219,7 +219,7 @@ func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 	if !rep.granted {
 		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
 	}
-	l, lerr := newLease(ctx, s, t.ID, true, rep, sent)
+	l, lerr := newLease(ctx, s, t.ID, true, rep, sent, s.cfg.ttl)
 	if lerr != nil {
 		s.forget(t.ID, rep.token)
 		return nil, fmt.Errorf("limiter: resume %q: %w", s.name, lerr)

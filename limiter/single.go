@@ -47,7 +47,7 @@ const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
 	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
-		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo)).Slice()
+		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo), flag(r.handoff)).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}

@@ -58,7 +58,10 @@ type acquireRequest struct {
 	// its lease of id with a token above this ("": may not reclaim).
 	reclaimAbove string
 	wait         string // queue entry to create or keep; "" = never queue
-	channel      string // the owner's wake channel
+	// handoff: a release may grant the queued waiter its lease directly
+	// (under the lease id, which must then be the wait id).
+	handoff bool
+	channel string // the owner's wake channel
 }
 
 type acquireReply struct {

@@ -49,6 +49,12 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	}
 	w := c.hub.add(s, waitID)
 	r.wait = w.id
+	// A release may grant the lease to this waiter directly when the
+	// lease id is the wait id and the refresher will extend the shorter
+	// life such a grant has (see takeHandoff). A TTL shorter than the
+	// queue entry's would often end before the handoff arrived, since the
+	// waiter's keep-alives are queueTTL/3 apart.
+	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL
 	queued := false
 	defer func() {
 		c.refresher.remove(w)
@@ -65,6 +71,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	}()
 
 	for attempt := 1; ; attempt++ {
+		sent := time.Now()
 		l, rep, err := s.attempt(attemptCtx, r)
 		switch {
 		case err != nil && attemptCtx.Err() != nil:
@@ -85,6 +92,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			return l, nil
 		}
 		answered = true
+		w.queued(sent)
 		if ctx.Err() != nil { // the answer came after AcquireTimeout: full
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
 		}
@@ -107,6 +115,18 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		}
 		select {
 		case <-w.wake:
+			if token, after := w.handoff(); token != "" {
+				l, err := s.takeHandoff(attemptCtx, r, token, after)
+				switch {
+				case err == nil:
+					queued = false // the grant took it out of the queue
+					return l, nil
+				case errors.Is(err, ErrClosed):
+					return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, ErrClosed)
+				}
+				// Too late for its local deadline, and given back: the
+				// next attempt queues again.
+			}
 		case <-fallback:
 		case <-ctx.Done():
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
@@ -120,6 +140,22 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			}
 		}
 	}
+}
+
+// takeHandoff makes the lease a release granted to the waiter of r with
+// token. Redis keeps it at least until the waiter's queue entry would
+// have expired, queueTTL after its last request answered "queued" (sent
+// at after), or its TTL if shorter; the refresher then extends it. A lease
+// that cannot be used (its local deadline passed, the Client closing) is
+// given back.
+func (s *Semaphore) takeHandoff(ctx context.Context, r acquireRequest, token string, after time.Time) (*Lease, error) {
+	rep := acquireReply{granted: true, token: token, weight: r.weight}
+	l, err := newLease(ctx, s, r.id, false, rep, after, min(s.cfg.ttl, queueTTL))
+	if err != nil {
+		s.forget(r.id, token)
+		return nil, err
+	}
+	return l, nil
 }
 
 // pause waits d (with jitter, so that retrying clients spread out), and

@@ -10,8 +10,7 @@ for i = 1, #ids do fields[i] = '?' .. ids[i] end
 local vals = redis.call('HMGET', KEYS[2], unpack(fields))
 for i = 1, #ids do
   if vals[i] then
-    local w, exp = parse(vals[i])
-    exp = tonumber(exp)
+    local w, exp = parse_waiter(vals[i])
     if exp > now_ms then
       out[#out + 1] = ids[i]
       out[#out + 1] = w
