@@ -26,10 +26,15 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- Server time in microseconds: the only clock the scripts trust.
+-- Server time in microseconds: the only clock the scripts trust. Read
+-- once per call (a script runs as one instant), however many helpers ask.
+local clock
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock
 end
 
 -- Splits a lease record ("weight:token:owner"): the weight as a number,

@@ -37,12 +37,18 @@
 //
 // An uncontended Acquire or TryAcquire is one round trip, Release one more.
 // Waiting sends nothing but the Client's keep-alive of its queue entries,
-// one script call per waited-on name and second: a release wakes exactly
-// the waiters that now fit (by publishing on their Client's channel, or
-// directly when they are the releaser's own), and nobody when nobody
-// waits. Held leases are refreshed in bulk: one script call per semaphore
-// (per 2,000 leases) for all the leases of a Client that fall due
-// together.
+// one script call per waited-on name and second. A release grants the
+// waiters that now fit their leases in the same script (the handoff) and
+// tells each its token, by publishing on its Client's channel or directly
+// when it is the releaser's own: the next holder sends nothing, and
+// nobody is told anything when nobody waits. A handed lease first lives
+// only as long as the waiter's queue entry would have (so a waiter whose
+// process died holds it no longer), and its holder's refresher extends
+// it to its TTL unless it is released first. Requests with an ID, a
+// RefreshInterval of 0 or a TTL under 3s, and every request on a Redlock
+// Client, are woken instead and then acquire. Held leases are refreshed
+// in bulk: one script call per semaphore (per 2,000 leases) for all the
+// leases of a Client that fall due together.
 //
 // # Deployments
 //

@@ -37,16 +37,15 @@ if ARGV[4] == '1' then
   -- entry would have lived, the lease expires with the entry (the waiter
   -- refreshes it at once to its TTL). Waiters that cannot take a handoff
   -- (handoff ttl 0: see acquire.lua) are only woken.
-  local clock, last, newest, maxttl = nil, tonumber(st[4]) or 0, 0, 0
+  local last, newest, maxttl = tonumber(st[4]) or 0, 0, 0
   local zadd, zrem = {}, {}
   for _, f in ipairs(fitting(now, limit - total, limit)) do
     local wait, channel, fw, hand, fexp = f[1], f[2], f[3], f[4], f[5]
     local msg = wait
     if hand > 0 then
-      clock = clock or now_us()
-      local t = next_token(last, '', clock)
+      local t = next_token(last, '', now_us())
       last = tonumber(t)
-      local exp = math.min(math.floor(clock / 1000) + hand, fexp)
+      local exp = math.min(math.floor(now_us() / 1000) + hand, fexp)
       zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
       zrem[#zrem + 1] = wait
       hdel[#hdel + 1] = '?' .. wait

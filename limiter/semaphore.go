@@ -92,7 +92,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // and takes them. Requests are served in arrival order across every
 // process (see the package doc); waiting sends nothing but the Client's
 // batched keep-alive of its queue entries: the release that makes room
-// wakes exactly the waiters that now fit.
+// grants (or, where the package doc says, wakes) exactly the waiters that
+// now fit.
 //
 // It gives up with a *BusyError matching ErrBusy and ErrTimeout when
 // AcquireTimeout or AttemptsLimit runs out, with an error wrapping
