@@ -12,7 +12,7 @@
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not, {-1, weight held} when the id holds another weight, {-2,
+-- when not (with the last token issued), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local owner, reclaim_above, wait, own = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[10]
@@ -115,7 +115,7 @@ if wait ~= '' then
   local wexp = now_ms + tonumber(ARGV[9])
   local hand = '0'
   if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
-  local rec = ARGV[2] .. ':' .. fmt(wexp) .. ':' .. hand .. ':' .. own
+  local rec = ARGV[2] .. ':' .. fmt(wexp) .. ':' .. hand .. ':' .. ARGV[1] .. ':' .. own
   if not mine then
     local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
     redis.call('ZADD', KEYS[3], seq, wait)
@@ -133,4 +133,6 @@ if wait ~= '' then
     redis.call('HSET', KEYS[2], '?' .. wait, rec)
   end
 end
-return {0, earliest(now_ms, ttl), total, head}
+-- The last token issued: a handoff announced with a token no higher came
+-- before this answer, so its lease has expired since (see wait.go).
+return {0, earliest(now_ms, ttl), total, head, st[2] or '0'}

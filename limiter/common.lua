@@ -2,9 +2,10 @@
 -- KEYS[1] leases ZSET id -> expiry (ms, server clock), plus the member ''
 --                at +inf that keeps the set (and its TTL) alive while empty
 -- KEYS[2] state  HASH ':'..id -> "<weight>:<token>:<owner>" per lease,
---                '?'..wait -> "<weight>:<expiry ms>:<handoff ttl ms>:<wake
---                channel>" per queued waiter (handoff ttl 0: wake it, do
---                not grant it in a release; see release.lua), and
+--                '?'..wait -> "<weight>:<expiry ms>:<handoff ttl ms>:<its
+--                own limit>:<wake channel>" per queued waiter (handoff
+--                ttl 0: wake it, do not grant it in a release; see
+--                release.lua), and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
 --                limit  (the limit of the last grant: releases wake by it),
@@ -44,10 +45,11 @@ local function parse(v)
   return tonumber(w), second, third
 end
 
--- Splits a waiter's record: weight, expiry (ms), handoff ttl (ms), channel.
+-- Splits a waiter's record: weight, expiry (ms), handoff ttl (ms), channel,
+-- and its own limit (a string).
 local function parse_waiter(v)
-  local w, exp, ttl, channel = string.match(v, '^(%d+):(%d+):(%d+):(.*)$')
-  return tonumber(w), tonumber(exp), tonumber(ttl), channel
+  local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+  return tonumber(w), tonumber(exp), tonumber(ttl), channel, limit
 end
 
 -- The next fencing token after last: a quorum's proposal, so that its
@@ -112,8 +114,8 @@ local function earliest(now_ms, fallback)
 end
 
 -- Visits the queue from its head, at most 64 entries, calling
--- visit(id, weight, channel, handoff ttl, expiry) for each live one until
--- it returns true.
+-- visit(id, weight, channel, handoff ttl, expiry, own limit) for each live
+-- one until it returns true.
 -- Entries whose Client stopped keeping them alive are dropped on the way
 -- (keep excepted, dead or alive). now is the time in ms, or nil to read
 -- the clock only if the queue has entries. Returns false when the bound
@@ -132,13 +134,13 @@ local function walk_queue(now, visit, keep)
     for i = 1, #ids do fields[i] = '?' .. ids[i] end
     local vals = redis.call('HMGET', KEYS[2], unpack(fields))
     for i = 1, #ids do
-      local w, exp, hand, channel
+      local w, exp, hand, channel, own_limit
       if vals[i] then
-        w, exp, hand, channel = parse_waiter(vals[i])
+        w, exp, hand, channel, own_limit = parse_waiter(vals[i])
       end
       if ids[i] ~= keep and (not w or exp <= now) then
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp) then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit) then
         finished = true
         break
       end
@@ -160,8 +162,9 @@ local function walk_queue(now, visit, keep)
 end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
--- in order, as {id, channel, weight, handoff ttl, expiry} (handoff ttl 0
--- for one heavier than the limit), up to the first that does not fit: strict
+-- in order, as {id, channel, weight, handoff ttl, expiry, own limit}
+-- (handoff ttl 0 for one heavier than the limit), up to the first that
+-- does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
@@ -169,14 +172,14 @@ end
 local function fitting(now_ms, free, limit)
   local fit = {}
   if free <= 0 then return fit end
-  walk_queue(now_ms, function(id, w, channel, hand, exp)
+  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit)
     if w > limit then
-      fit[#fit + 1] = {id, channel, w, 0, exp}
+      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit}
       return false
     end
     if w > free then return true end
     free = free - w
-    fit[#fit + 1] = {id, channel, w, hand, exp}
+    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit}
     return free <= 0
   end)
   return fit

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,10 @@ type waiter struct {
 	// queuedAt is when the latest request that Redis answered with this
 	// waiter still queued was sent: a handoff came after it.
 	queuedAt time.Time
+	// floor is the highest last-issued token of those answers: a handoff
+	// announced with a token no higher came before one of them, so its
+	// lease expired before that request re-queued the waiter.
+	floor int64
 }
 
 func newHub(c *Client) *hub {
@@ -130,21 +135,29 @@ func (h *hub) remove(w *waiter) {
 }
 
 // queued records that Redis answered a request sent at sent with the
-// waiter still queued.
-func (w *waiter) queued(sent time.Time) {
+// waiter still queued, and the last token it had issued ("": unknown, as
+// a keep-alive answers).
+func (w *waiter) queued(sent time.Time, lastToken string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if sent.After(w.queuedAt) {
 		w.queuedAt = sent
 	}
+	if t, err := strconv.ParseInt(lastToken, 10, 64); err == nil && t > w.floor {
+		w.floor = t
+	}
 }
 
-// handoff takes the token of a lease handed to the waiter ("" if none),
-// with the time its Redis expiry is counted after.
+// handoff takes the token of a lease handed to the waiter ("" if none, or
+// if that handoff is stale), with the time its Redis expiry is counted
+// after.
 func (w *waiter) handoff() (token string, after time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	token, w.grant = w.grant, ""
+	if t, err := strconv.ParseInt(token, 10, 64); err != nil || t <= w.floor {
+		return "", w.queuedAt
+	}
 	return token, w.queuedAt
 }
 

@@ -51,7 +51,7 @@ type Lease struct {
 // use) or the Client's Close began (ErrClosed: Close releases only the
 // leases it found).
 func newLease(parent context.Context, s *Semaphore, id string, given bool, r acquireReply, sent time.Time, life time.Duration) (*Lease, error) {
-	deadline := sent.Add(life - s.cfg.drift(s.cfg.ttl))
+	deadline := sent.Add(life - s.cfg.drift(life))
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}

@@ -547,6 +547,8 @@ func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error)
 // held a lease wakes its waiters, and a waiter's channel of wake-ups
 // collapses the repeats. The subscription counts as up while any node's
 // is.
+func (q *quorumStore) handsOver() bool { return false }
+
 // boundedByCtx: gather stops waiting for the nodes when ctx ends.
 func (q *quorumStore) boundedByCtx() bool { return true }
 

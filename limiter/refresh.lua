@@ -58,10 +58,10 @@ if #ARGV >= base + 1 then
   for i = 1, #waits do
     local r = 0
     if vals[i] then
-      local w, exp, hand, channel = parse_waiter(vals[i])
+      local w, exp, hand, channel, own_limit = parse_waiter(vals[i])
       if exp > now_ms then
         set[#set + 1] = fields[i]
-        set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. fmt(hand) .. ':' .. channel
+        set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. fmt(hand) .. ':' .. own_limit .. ':' .. channel
         r = 1
         if free >= w or w > limit then
           if not fits then

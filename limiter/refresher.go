@@ -209,11 +209,11 @@ func (r *refresher) refresh(entries []*entry) {
 				retry[e] = true
 			case j < len(res.waits) && res.waits[j] != waiterQueued:
 				if res.waits[j] == waiterFits {
-					e.waiter.queued(sent)
+					e.waiter.queued(sent, "")
 				}
 				e.waiter.signal() // gone: it queues again; fits: it tries now
 			case j < len(res.waits):
-				e.waiter.queued(sent)
+				e.waiter.queued(sent, "")
 			}
 		}
 	}

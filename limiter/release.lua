@@ -10,7 +10,7 @@
 -- message published to another Client's waiter).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
-local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp')
+local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap')
 if not st[1] then return {0} end
 local w, tok = parse(st[1])
 if want ~= '' and tok ~= want then return {0} end
@@ -36,13 +36,20 @@ if ARGV[4] == '1' then
   -- waiter whose process died holds the permits no longer than its queue
   -- entry would have lived, the lease expires with the entry (the waiter
   -- refreshes it at once to its TTL). Waiters that cannot take a handoff
-  -- (handoff ttl 0: see acquire.lua) are only woken.
-  local last, newest, maxttl = tonumber(st[4]) or 0, 0, 0
+  -- (handoff ttl 0: see acquire.lua) are only woken. Each waiter is
+  -- granted only within its own Semaphore's limit (or the fleet limit),
+  -- as its own acquire would be; from the first that is not, the rest
+  -- are only woken, so nobody overtakes it.
+  local last, newest, maxttl, granted_limit = tonumber(st[4]) or 0, 0, 0, nil
   local zadd, zrem = {}, {}
+  local granting = true
   for _, f in ipairs(fitting(now, limit - total, limit)) do
     local wait, channel, fw, hand, fexp = f[1], f[2], f[3], f[4], f[5]
     local msg = wait
-    if hand > 0 then
+    local own_limit = st[6] or f[6]
+    granting = granting and hand > 0 and total + fw <= tonumber(own_limit)
+    if granting then
+      granted_limit = own_limit
       local t = next_token(last, '', now_us())
       last = tonumber(t)
       local exp = math.min(math.floor(now_us() / 1000) + hand, fexp)
@@ -64,6 +71,10 @@ if ARGV[4] == '1' then
     redis.call('ZADD', KEYS[1], unpack(zadd))
     redis.call('ZREM', KEYS[3], unpack(zrem))
     hset[#hset + 1], hset[#hset + 2] = 'token', fmt(last)
+    -- Like a grant by acquire: releases wake by the limit of the last.
+    if granted_limit ~= st[3] then
+      hset[#hset + 1], hset[#hset + 2] = 'limit', granted_limit
+    end
     local at = next_keyexp(newest, maxttl, tonumber(st[5]) or 0)
     if at then
       hset[#hset + 1], hset[#hset + 2] = 'keyexp', at

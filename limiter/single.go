@@ -41,6 +41,8 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 func (s *redisStore) boundedByCtx() bool { return s.ctxBound }
 
+func (s *redisStore) handsOver() bool { return s.fifo }
+
 // refreshChunk bounds the leases one refresh script call keeps alive, so
 // one call's Redis time stays bounded however many a Client holds.
 const refreshChunk = 2000
@@ -79,11 +81,12 @@ func parseAcquire(v []any) (acquireReply, error) {
 		existed, _ := v[4].(int64)
 		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0), existed: existed == 1,
 			woken: stringsOf(v[5:])}, nil
-	case code == 0 && len(v) == 4:
+	case code == 0 && len(v) == 5:
 		wait, _ := v[1].(int64)
 		inUse, _ := v[2].(int64)
 		head, _ := v[3].(int64)
-		return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse, head: head == 1}, nil
+		last, _ := v[4].(string)
+		return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse, head: head == 1, lastToken: last}, nil
 	}
 	return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 }

@@ -36,6 +36,9 @@ type store interface {
 	evicting(ctx context.Context) (string, error)
 	// names lists the semaphores whose state key matches the pattern.
 	names(ctx context.Context, pattern string) ([]string, error)
+	// handsOver reports whether releases grant queued waiters their leases
+	// (acquireRequest.handoff); a quorum's nodes only wake them.
+	handsOver() bool
 	// boundedByCtx reports whether every call returns by its ctx's
 	// deadline without help: a go-redis client with ContextTimeoutEnabled
 	// puts the deadline on the socket; a quorum asks its nodes in
@@ -76,6 +79,7 @@ type acquireReply struct {
 	retryIn    time.Duration // when not granted: until the earliest expiry
 	inUse      int64         // when not granted
 	head       bool          // when not granted: nobody waits ahead
+	lastToken  string        // when not granted: the last token issued
 	// heldWeight is the weight of the lease the id holds when it differs
 	// from the request's (then nothing was granted).
 	heldWeight int64

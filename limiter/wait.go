@@ -54,7 +54,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	// life such a grant has (see takeHandoff). A TTL shorter than the
 	// queue entry's would often end before the handoff arrived, since the
 	// waiter's keep-alives are queueTTL/3 apart.
-	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL
+	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL && c.st.handsOver()
 	queued := false
 	defer func() {
 		c.refresher.remove(w)
@@ -71,6 +71,13 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	}()
 
 	for attempt := 1; ; attempt++ {
+		if attempt > 1 && !r.idGiven && !c.st.handsOver() {
+			// A quorum attempt that failed is rolled back, on nodes whose
+			// answer was lost by any token of its id, in the background:
+			// the next attempt takes another id, so that rollback can
+			// never remove what it is granted.
+			r.id = c.newID()
+		}
 		sent := time.Now()
 		l, rep, err := s.attempt(attemptCtx, r)
 		switch {
@@ -92,7 +99,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			return l, nil
 		}
 		answered = true
-		w.queued(sent)
+		w.queued(sent, rep.lastToken)
 		if ctx.Err() != nil { // the answer came after AcquireTimeout: full
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
 		}
