@@ -8,7 +8,8 @@
 --                release.lua), and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
---                limit  (the limit of the last grant: releases wake by it),
+--                limit  (the limit of the last grant: releases wake and
+--                        hand over by it, each waiter within its own too),
 --                seq    (the last queue ticket),
 --                keyexp (when the keys expire)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters

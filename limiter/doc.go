@@ -44,7 +44,8 @@
 // nobody is told anything when nobody waits. A handed lease first lives
 // only as long as the waiter's queue entry would have (so a waiter whose
 // process died holds it no longer), and its holder's refresher extends
-// it to its TTL unless it is released first. Requests with an ID, a
+// it to its TTL unless it is released first: a Redis outage in its first
+// two seconds ends it sooner than an acquired lease. Requests with an ID, a
 // RefreshInterval of 0 or a TTL under 3s, and every request on a Redlock
 // Client, are woken instead and then acquire. Held leases are refreshed
 // in bulk: one script call per semaphore (per 2,000 leases) for all the

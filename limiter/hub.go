@@ -35,7 +35,8 @@ type waiter struct {
 	// grant is the token of the lease a release handed it ("": none).
 	grant string
 	// queuedAt is when the latest request that Redis answered with this
-	// waiter still queued was sent: a handoff came after it.
+	// waiter still queued was sent: a handoff not made stale by floor
+	// came after it.
 	queuedAt time.Time
 	// floor is the highest last-issued token of those answers: a handoff
 	// announced with a token no higher came before one of them, so its

@@ -137,7 +137,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	return l.Err()
 }
 
-// Release gives the permits back and wakes the waiters that now fit. The
+// Release gives the permits back and grants them to (or wakes) the
+// waiters that now fit, in queue order (see the package doc). The
 // lease ends locally first, whatever Redis answers. The call to Redis is
 // detached from ctx's cancellation and bounded by ReleaseTimeout, so a
 // caller whose ctx already ended still gives the permits back. If Redis

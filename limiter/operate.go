@@ -17,9 +17,9 @@ import (
 // the permits in use fit under it. Raising it wakes the waiters that now
 // fit at once. A request heavier than the stored limit fails with an
 // *ArgumentError naming "Weight" instead of waiting forever. Clearing it
-// wakes the queue, so each waiter tries again under its own process's
-// limit; the clearer's own limit plays no part (an operator's tool may
-// use any).
+// wakes the queue, and from then on each waiter is granted (by its own
+// acquire, or by a release's handoff) under its own Semaphore's limit;
+// the clearer's own limit plays no part (an operator's tool may use any).
 //
 // While a limit is stored, the semaphore's keys do not expire (an idle
 // night must not bring back the processes' own limits); clearing it lets

@@ -543,14 +543,16 @@ func (q *quorumStore) holders(ctx context.Context, k keyspace) ([]Holder, error)
 	return out, nil
 }
 
-// listen subscribes on every node (one connection each): every node that
-// held a lease wakes its waiters, and a waiter's channel of wake-ups
-// collapses the repeats. The subscription counts as up while any node's
-// is.
+// handsOver: nodes that may disagree on the order only wake waiters.
 func (q *quorumStore) handsOver() bool { return false }
 
 // boundedByCtx: gather stops waiting for the nodes when ctx ends.
 func (q *quorumStore) boundedByCtx() bool { return true }
+
+// listen subscribes on every node (one connection each): every node that
+// held a lease wakes its waiters, and a waiter's channel of wake-ups
+// collapses the repeats. The subscription counts as up while any node's
+// is.
 
 func (q *quorumStore) listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
 	var mu sync.Mutex

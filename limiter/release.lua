@@ -32,7 +32,9 @@ if ARGV[4] == '1' then
   -- The waiters that now fit are granted their leases here (the handoff),
   -- each under its wait id, and told the token: no acquire round trip
   -- follows. The waiter's local deadline counts from its last request
-  -- Redis answered "queued", which this script follows; and so that a
+  -- Redis answered "queued", which this script follows (an answer after
+  -- it carries a token at least this one, and the waiter then ignores
+  -- the handoff: its lease expired meanwhile); and so that a
   -- waiter whose process died holds the permits no longer than its queue
   -- entry would have lived, the lease expires with the entry (the waiter
   -- refreshes it at once to its TTL). Waiters that cannot take a handoff

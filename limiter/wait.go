@@ -152,9 +152,10 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 // takeHandoff makes the lease a release granted to the waiter of r with
 // token. Redis keeps it at least until the waiter's queue entry would
 // have expired, queueTTL after its last request answered "queued" (sent
-// at after), or its TTL if shorter; the refresher then extends it. A lease
-// that cannot be used (its local deadline passed, the Client closing) is
-// given back.
+// at after), or its TTL if shorter; the refresher extends it about 2s
+// later (a short hold ends first), so a Redis outage in those seconds
+// ends it sooner than an acquired lease. A lease that cannot be used (its
+// local deadline passed, the Client closing) is given back.
 func (s *Semaphore) takeHandoff(ctx context.Context, r acquireRequest, token string, after time.Time) (*Lease, error) {
 	rep := acquireReply{granted: true, token: token, weight: r.weight}
 	l, err := newLease(ctx, s, r.id, false, rep, after, min(s.cfg.ttl, queueTTL))
