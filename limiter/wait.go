@@ -123,6 +123,13 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		select {
 		case <-w.wake:
 			if token, after := w.handoff(); token != "" {
+				if ctx.Err() != nil {
+					// The caller gave up as it was handed the lease (select
+					// picks either): give it back, passing the turn on.
+					s.forget(r.id, token)
+					queued = false
+					return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
+				}
 				l, err := s.takeHandoff(attemptCtx, r, token, after)
 				switch {
 				case err == nil:
