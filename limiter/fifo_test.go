@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
@@ -246,4 +249,51 @@ func TestHandoffLostOrLeft(t *testing.T) {
 			t.Fatalf("after the waiter left: holders %+v, want none", hs)
 		}
 	}
+}
+
+// lostReply lets Redis run the next waiting acquire (one that may queue)
+// but loses its reply, as a connection reset after the write would.
+type lostReply struct{ armed atomic.Bool }
+
+func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		// acquire.lua: 3 keys and 12 arguments; ARGV[8] is the wait id.
+		if len(args) == 18 && args[13] != "" && h.armed.CompareAndSwap(true, false) {
+			_ = next(ctx, cmd)
+			cmd.SetErr(errors.New("reply lost"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An Acquire whose attempt failed without an answer leaves the queue the
+// attempt may have put it in, rather than holding up those behind it for
+// the entry's life (3s).
+func TestFailedAttemptLeavesTheQueue(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb := srv.Client(t)
+	holder, _ := newMutex(t, rdb, "lost-queued")
+	l, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	flaky := srv.Client(t)
+	hook := &lostReply{}
+	flaky.AddHook(hook)
+	waiter, _ := newMutex(t, flaky, "lost-queued")
+	hook.armed.Store(true)
+	if _, err := waiter.Acquire(ctx); err == nil {
+		t.Fatal("Acquire with its reply lost: no error")
+	}
+	redistest.Eventually(t, time.Second, "the entry left the queue", func() bool {
+		return rdb.ZCard(ctx, queueKey("lost-queued")).Val() == 0
+	})
 }

@@ -56,11 +56,19 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	// waiter's keep-alives are queueTTL/3 apart.
 	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL && c.st.handsOver()
 	queued := false
+	// unsure: an attempt failed without an answer, so it may have queued
+	// the waiter (or Redis may have handed it a lease since).
+	unsure := false
 	defer func() {
 		c.refresher.remove(w)
 		c.hub.remove(w)
-		if queued {
+		switch {
+		case queued:
 			s.leave(w.id)
+		case unsure:
+			// In the background: Redis is failing, and the caller should
+			// hear of it now. The entry would expire in queueTTL anyway.
+			c.spawn(func() { s.leave(w.id) })
 		}
 	}()
 	var timer *time.Timer // only the head waiter needs one
@@ -80,6 +88,9 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 		}
 		sent := time.Now()
 		l, rep, err := s.attempt(attemptCtx, r)
+		if err != nil && !queued {
+			unsure = true
+		}
 		switch {
 		case err != nil && attemptCtx.Err() != nil:
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
