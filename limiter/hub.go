@@ -110,7 +110,11 @@ func (h *hub) wake(msgs []string) {
 		if w := h.waiters[id]; w != nil {
 			if token != "" {
 				w.mu.Lock()
-				w.grant = token
+				// A stale message arriving late must not hide a valid one:
+				// keep the higher token (tokens only grow).
+				if atoi(token) > atoi(w.grant) {
+					w.grant = token
+				}
 				w.mu.Unlock()
 			}
 			w.signal()
@@ -160,6 +164,11 @@ func (w *waiter) handoff() (token string, after time.Time) {
 		return "", w.queuedAt
 	}
 	return token, w.queuedAt
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 func (w *waiter) signal() {

@@ -40,8 +40,11 @@ type Lease struct {
 	auto bool  // kept alive by the refresher
 	// handedOff: StopRefresh gave it to another process; Close leaves it.
 	handedOff bool
-	deadline  time.Time
-	watchdog  *time.Timer
+	// short: Redis keeps it for less than its TTL until a refresh (a
+	// release handed it over: see takeHandoff).
+	short    bool
+	deadline time.Time
+	watchdog *time.Timer
 }
 
 // newLease makes the lease of a grant that Redis made to last at least
@@ -175,8 +178,19 @@ func (l *Lease) Release(ctx context.Context) error {
 // after its Ticket was handed to another process. The lease stays in Redis
 // until its TTL runs out or someone releases it or takes it over (Client.Close
 // leaves it there too); locally it then ends with ErrLeaseLost, without
-// OnLost (that end is expected).
+// OnLost (that end is expected). A lease a release just handed over, which
+// Redis keeps for only a few seconds until its first refresh, is first
+// refreshed to its TTL (bounded by ReleaseTimeout; if that fails, it
+// lapses sooner).
 func (l *Lease) StopRefresh() {
+	l.mu.Lock()
+	short := l.short
+	l.mu.Unlock()
+	if short {
+		ctx, cancel := context.WithTimeout(context.Background(), l.sem.cfg.releaseTimeout)
+		_ = l.Refresh(ctx)
+		cancel()
+	}
 	l.mu.Lock()
 	l.auto = false
 	l.handedOff = true
@@ -215,6 +229,7 @@ func (l *Lease) refreshed(sent time.Time, held bool) {
 		return
 	}
 	l.deadline = maxTime(l.deadline, sent.Add(l.ttl-l.sem.cfg.drift(l.ttl)))
+	l.short = false
 	l.watchdog.Reset(time.Until(l.deadline))
 }
 

@@ -152,6 +152,9 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 				// Too late for its local deadline, and given back: the
 				// next attempt queues again.
 			}
+			if ctx.Err() != nil { // AcquireTimeout ended as it was woken
+				return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
+			}
 		case <-fallback:
 		case <-ctx.Done():
 			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
@@ -176,7 +179,13 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 // local deadline passed, the Client closing) is given back.
 func (s *Semaphore) takeHandoff(ctx context.Context, r acquireRequest, token string, after time.Time) (*Lease, error) {
 	rep := acquireReply{granted: true, token: token, weight: r.weight}
-	l, err := newLease(ctx, s, r.id, false, rep, after, min(s.cfg.ttl, queueTTL))
+	life := min(s.cfg.ttl, queueTTL)
+	l, err := newLease(ctx, s, r.id, false, rep, after, life)
+	if err == nil && life < s.cfg.ttl {
+		l.mu.Lock()
+		l.short = true
+		l.mu.Unlock()
+	}
 	if err != nil {
 		s.forget(r.id, token)
 		return nil, err
