@@ -96,15 +96,15 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// existingKeys lists the keys under prefix on every master.
-func existingKeys(t testing.TB, rdb redis.UniversalClient, prefix string) []string {
+// keysMatching runs KEYS pattern on every master.
+func keysMatching(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
 	t.Helper()
 	var (
 		mu    sync.Mutex
 		found []string
 	)
 	scan := func(ctx context.Context, c *redis.Client) error {
-		keys, err := c.Keys(ctx, prefix+"*").Result()
+		keys, err := c.Keys(ctx, pattern).Result()
 		mu.Lock()
 		found = append(found, keys...)
 		mu.Unlock()

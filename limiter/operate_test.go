@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
@@ -61,30 +58,7 @@ func TestFleetLimit(t *testing.T) {
 
 		// Raising: a waiter in another Client is woken by SetLimit itself,
 		// not by its fallback timer (2s) or its keep-alive (every 1s).
-		got := make(chan error, 1)
-		go func() {
-			l, err := five.Acquire(ctx)
-			if err == nil {
-				defer l.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(200 * time.Millisecond) // queued
-		start := time.Now()
-		if err := eight.SetLimit(ctx, 2); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := time.Since(start); d > 250*time.Millisecond {
-				t.Fatalf("the waiter came %v after the raise", d)
-			}
-		case <-time.After(time.Second):
-			t.Fatal("raising the limit did not wake the waiter")
-		}
+		wokenBy(t, ctx, five, func() error { return eight.SetLimit(ctx, 2) }, "raising the limit")
 
 		// Clearing: each Semaphore's own limit again.
 		if err := five.SetLimit(ctx, 0); err != nil {
@@ -223,34 +197,6 @@ func TestNamesGlobAndPrefix(t *testing.T) {
 	})
 }
 
-// keysMatching runs KEYS pattern on every master.
-func keysMatching(t *testing.T, rdb redis.UniversalClient, pattern string) []string {
-	t.Helper()
-	var (
-		mu    sync.Mutex
-		found []string
-	)
-	keys := func(ctx context.Context, c *redis.Client) error {
-		ks, err := c.Keys(ctx, pattern).Result()
-		mu.Lock()
-		found = append(found, ks...)
-		mu.Unlock()
-		return err
-	}
-	ctx := ctxT(t, 5*time.Second)
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, keys)
-	case *redis.Client:
-		err = keys(ctx, c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return found
-}
-
 // Waiters lists the queue in the order it is served.
 func TestWaiters(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
@@ -350,30 +296,37 @@ func TestClearingTheLimitWakesWaiters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			l, err := three.Acquire(ctx)
-			if err == nil {
-				_ = l.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(200 * time.Millisecond) // queued behind the holder
-		start := time.Now()
-		if err := one.SetLimit(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := time.Since(start); d > 250*time.Millisecond {
-				t.Fatalf("the waiter came %v after the clear", d)
-			}
-		case <-time.After(time.Second):
-			t.Fatal("clearing the limit (by a Semaphore of limit 1) left a waiter of limit 3 asleep")
-		}
+		wokenBy(t, ctx, three, func() error { return one.SetLimit(ctx, 0) }, "clearing the limit (by a Semaphore of limit 1)")
 		_ = held.Release(ctx)
 	})
+}
+
+// wokenBy queues an Acquire on waiter, then runs act, which must grant
+// it at once: not by its fallback timer (2s) or its keep-alive (1s).
+func wokenBy(t *testing.T, ctx context.Context, waiter *limiter.Semaphore, act func() error, what string) {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx)
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // queued
+	start := time.Now()
+	if err := act(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 250*time.Millisecond {
+			t.Fatalf("the waiter came %v after %s", d, what)
+		}
+	case <-time.After(time.Second):
+		t.Fatalf("%s left the waiter asleep", what)
+	}
 }

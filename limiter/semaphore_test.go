@@ -229,7 +229,7 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := existingKeys(t, rdb, prefix)
+	keys := keysMatching(t, rdb, prefix+"*")
 	if len(keys) != 2 {
 		t.Fatalf("keys of a held semaphore: %v", keys)
 	}
@@ -452,7 +452,7 @@ func testFencingIdle(t *testing.T, b backend) {
 	}
 	// Not released: it expires, and then every key must go away by itself.
 	redistest.Eventually(t, 10*time.Second, "every key of an idle semaphore expires", func() bool {
-		return len(existingKeys(t, rdb, prefix)) == 0
+		return len(keysMatching(t, rdb, prefix+"*")) == 0
 	})
 	second, err := mu.Acquire(ctx)
 	if err != nil {
@@ -461,7 +461,7 @@ func testFencingIdle(t *testing.T, b backend) {
 	if second.Token() <= first.Token() {
 		t.Fatalf("token after idle expiry %d is not above %d", second.Token(), first.Token())
 	}
-	for _, k := range existingKeys(t, rdb, prefix) {
+	for _, k := range keysMatching(t, rdb, prefix+"*") {
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Fatalf("key %s would live forever (PTTL %v)", k, ttl)
 		}
