@@ -73,6 +73,9 @@ func TestHandoffAfterClearingTheFleetLimit(t *testing.T) {
 	}
 }
 
+// staleRounds bounds TestStaleHandoffAfterAPause (about 6s a round).
+const staleRounds = 3
+
 // A waiter frozen (SIGSTOP) across a handoff: the handed lease expires
 // with its queue entry and another holder is granted. On resumption the
 // waiter may ask again, and be answered "queued", before it reads the
@@ -236,9 +239,6 @@ func TestHandoffKeepsTheWaitersLimit(t *testing.T) {
 	_ = b.Release(ctx)
 	_ = c.Release(ctx)
 }
-
-// staleRounds bounds TestStaleHandoffAfterAPause (about 6s a round).
-const staleRounds = 3
 
 // A lease Acquire got by a handoff, which Redis keeps for a few seconds
 // until its first refresh, still stays for its TTL after StopRefresh, as
