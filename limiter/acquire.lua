@@ -14,6 +14,31 @@
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
 -- when not (with the last token issued), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
+-- Sums the weights of the live waiters queued ahead of wait (of every
+-- waiter when wait is not queued): those permits are spoken for, but for
+-- those heavier than the limit, which can never be served. Returns nil
+-- when the queue is too long to tell within one call's bound (then it is
+-- not wait's turn).
+local function queued_ahead(now_ms, wait, limit)
+  local sum = 0
+  local told = walk_queue(now_ms, function(id, w)
+    if id == wait then return true end
+    if w <= limit then sum = sum + w end
+    return false
+  end, wait)
+  if told then return sum end
+  return nil
+end
+
+-- Milliseconds until the earliest live lease expires (fallback when
+-- none). One expired but not yet swept would say "now", and a waiter
+-- would poll every millisecond until someone swept it.
+local function earliest(now_ms, fallback)
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 or first[1] == '' then return fallback end
+  return math.max(tonumber(first[2]) - now_ms, 0)
+end
+
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local owner, reclaim_above, wait, own = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[10]
 local field = ':' .. id
@@ -125,9 +150,10 @@ if wait ~= '' then
       expire_keys(at)
     else
       redis.call('HSET', KEYS[2], '?' .. wait, rec)
-      -- The queue key is new whenever the queue had emptied: give it the
-      -- expiry the other keys have (none while a fleet limit is set).
-      if keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
+      -- The queue key is new when the queue had emptied (then nobody was
+      -- ahead): give it the expiry the other keys have (none while a
+      -- fleet limit is set).
+      if head == 1 and keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
     end
   else
     redis.call('HSET', KEYS[2], '?' .. wait, rec)

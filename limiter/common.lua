@@ -40,7 +40,7 @@ local function now_us()
 end
 
 -- Splits a lease record ("weight:token:owner"): the weight as a number,
--- the rest as strings. (Of a waiter's it gives the weight and expiry.)
+-- the rest as strings.
 local function parse(v)
   local w, second, third = string.match(v, '^(%d+):(%d+):(.*)$')
   return tonumber(w), second, third
@@ -105,13 +105,6 @@ local function expire_keys(at)
   redis.call('PEXPIREAT', KEYS[1], at)
   redis.call('PEXPIREAT', KEYS[2], at)
   redis.call('PEXPIREAT', KEYS[3], at)
-end
-
--- Milliseconds until the earliest lease expires (fallback when none).
-local function earliest(now_ms, fallback)
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if #first == 0 or first[1] == '' then return fallback end
-  return math.max(tonumber(first[2]) - now_ms, 0)
 end
 
 -- Visits the queue from its head, at most 64 entries, calling
@@ -186,16 +179,66 @@ local function fitting(now_ms, free, limit)
   return fit
 end
 
--- Wakes the fitting waiters. One on the channel own (the caller's
--- process) is returned rather than published to: the caller wakes it
--- directly. Returns the own waiters woken.
-local function wake_fitting(now_ms, free, own, limit)
+-- Passes free permits on to the waiters that now fit, in queue order. With
+-- g (what the caller read and will write of the state hash: total, token,
+-- keyexp, limit and cap as read, and the HDEL and HSET it will send), it
+-- grants them their leases here (the handoff), each under its wait id,
+-- and tells each "wait token"; without g, or for a waiter that cannot take
+-- a handoff (handoff ttl 0: see acquire.lua), it only wakes ("wait"). A
+-- waiter on the channel own (the caller's process) is returned rather
+-- than published to. Returns those own messages; g.total is updated.
+--
+-- The waiter's local deadline counts from its last request Redis answered
+-- "queued", which this grant follows (an answer after it carries a token
+-- at least this one, and the waiter then ignores the handoff: its lease
+-- expired meanwhile). So that a waiter whose process died holds the
+-- permits no longer than its queue entry would have lived, the lease
+-- expires with the entry; the waiter's refresher extends it. Each waiter
+-- is granted only within its own Semaphore's limit (or the fleet limit),
+-- as its own acquire would be; from the first that is not, the rest are
+-- only woken, so nobody overtakes it.
+local function pass_on(now_ms, free, own, limit, g)
   local mine = {}
+  local granting = g ~= nil
+  local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
   for _, f in ipairs(fitting(now_ms, free, limit)) do
-    if f[2] == own then
-      mine[#mine + 1] = f[1]
+    local wait, channel, fw, hand, fexp, own_limit = f[1], f[2], f[3], f[4], f[5], f[6]
+    local msg = wait
+    own_limit = g and g.cap or own_limit
+    granting = granting and hand > 0 and g.total + fw <= tonumber(own_limit)
+    if granting then
+      granted_limit = own_limit
+      g.token = math.max(g.token + 1, now_us())
+      local t = fmt(g.token)
+      local exp = math.min(clock_ms() + hand, fexp)
+      zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
+      zrem[#zrem + 1] = wait
+      g.hdel[#g.hdel + 1] = '?' .. wait
+      -- The owner is the last part of the wake channel (keys.go).
+      g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, fmt(fw) .. ':' .. t .. ':' .. string.match(channel, '([^:]*)$')
+      g.total = g.total + fw
+      newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
+      msg = wait .. ' ' .. t
+    end
+    if channel == own then
+      mine[#mine + 1] = msg
     else
-      redis.call('PUBLISH', f[2], f[1])
+      redis.call('PUBLISH', channel, msg)
+    end
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
+    redis.call('ZREM', KEYS[3], unpack(zrem))
+    local set = g.hset
+    set[#set + 1], set[#set + 2] = 'token', fmt(g.token)
+    -- Like a grant by acquire: releases wake by the limit of the last.
+    if granted_limit ~= g.limit then
+      set[#set + 1], set[#set + 2] = 'limit', granted_limit
+    end
+    local at = next_keyexp(newest, maxttl, g.keyexp)
+    if at then
+      set[#set + 1], set[#set + 2] = 'keyexp', at
+      expire_keys(at)
     end
   end
   return mine
@@ -207,21 +250,5 @@ end
 local function dequeue(wait, now_ms, free, own, limit)
   if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
   redis.call('HDEL', KEYS[2], '?' .. wait)
-  return wake_fitting(now_ms, free, own, limit)
-end
-
--- Sums the weights of the live waiters queued ahead of wait (of every
--- waiter when wait is not queued): those permits are spoken for, but for
--- those heavier than the limit, which can never be served. Returns nil
--- when the queue is too long to tell within one call's bound (then it is
--- not wait's turn).
-local function queued_ahead(now_ms, wait, limit)
-  local sum = 0
-  local told = walk_queue(now_ms, function(id, w)
-    if id == wait then return true end
-    if w <= limit then sum = sum + w end
-    return false
-  end, wait)
-  if told then return sum end
-  return nil
+  return pass_on(now_ms, free, own, limit)
 end

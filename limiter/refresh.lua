@@ -8,25 +8,30 @@
 -- (0 gone, 1 queued, 2 queued and its permits are free: it should try
 -- now, which covers a lost wake-up).
 local n = tonumber(ARGV[1])
+local base = 3 * n + 2
 local now_ms = clock_ms()
 local out = {}
-local st = redis.call('HMGET', KEYS[2], 'keyexp', 'total', 'limit')
+-- One read of the state: keyexp, total, limit, then each lease's record,
+-- then each waiter's.
+local fields = {'keyexp', 'total', 'limit'}
+local ids = {}
+for i = 1, n do
+  ids[i] = ARGV[3 * i - 1]
+  fields[3 + i] = ':' .. ids[i]
+end
+for i = base + 1, #ARGV do fields[#fields + 1] = '?' .. ARGV[i] end
+local st = redis.call('HMGET', KEYS[2], unpack(fields))
 local keyexp = tonumber(st[1]) or 0
 local newest = 0
 local maxttl = 0
 if n > 0 then
-  local ids, fields = {}, {}
-  for i = 1, n do
-    ids[i] = ARGV[3 * i - 1]
-    fields[i] = ':' .. ids[i]
-  end
-  local vals = redis.call('HMGET', KEYS[2], unpack(fields))
   local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
   local zadd = {}
   for i = 1, n do
     out[i] = 0
-    if vals[i] and scores[i] and tonumber(scores[i]) > now_ms then
-      local _, tok = parse(vals[i])
+    local v = st[3 + i]
+    if v and scores[i] and tonumber(scores[i]) > now_ms then
+      local _, tok = parse(v)
       if tok == ARGV[3 * i] then
         local ttl = tonumber(ARGV[3 * i + 1])
         local exp = math.max(now_ms + ttl, tonumber(scores[i]))
@@ -40,35 +45,33 @@ if n > 0 then
   end
   if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
 end
-local base = 3 * n + 2
 if #ARGV >= base + 1 then
   local wttl = tonumber(ARGV[base])
-  local waits, fields = {}, {}
-  for i = base + 1, #ARGV do
-    waits[#waits + 1] = ARGV[i]
-    fields[#fields + 1] = '?' .. ARGV[i]
-  end
-  local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+  local wexp = fmt(now_ms + wttl)
   local set = {}
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
   local limit = tonumber(st[3]) or math.huge -- none recorded: let the queue try
   local free = limit - ((tonumber(st[2]) or 0) - sweep(now_ms))
   local fits = nil -- the ids whose turn it is, found once
-  for i = 1, #waits do
+  for i = base + 1, #ARGV do
     local r = 0
-    if vals[i] then
-      local w, exp, hand, channel, own_limit = parse_waiter(vals[i])
-      if exp > now_ms then
-        set[#set + 1] = fields[i]
-        set[#set + 1] = fmt(w) .. ':' .. fmt(now_ms + wttl) .. ':' .. fmt(hand) .. ':' .. own_limit .. ':' .. channel
+    local v = st[3 + n + i - base]
+    if v then
+      -- Only the expiry changes: spliced in, so this script need not know
+      -- the rest of the record.
+      local ws, es, rest = string.match(v, '^(%d+):(%d+)(:.*)$')
+      local w = tonumber(ws)
+      if tonumber(es) > now_ms then
+        set[#set + 1] = '?' .. ARGV[i]
+        set[#set + 1] = ws .. ':' .. wexp .. rest
         r = 1
         if free >= w or w > limit then
           if not fits then
             fits = {}
             for _, f in ipairs(fitting(now_ms, free, limit)) do fits[f[1]] = true end
           end
-          if fits[waits[i]] then r = 2 end
+          if fits[ARGV[i]] then r = 2 end
         end
       end
     end

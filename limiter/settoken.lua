@@ -8,8 +8,7 @@ local st = redis.call('HMGET', KEYS[2], field, 'token')
 if not st[1] then return 0 end
 local w, _, owner = parse(st[1])
 local tok = tonumber(ARGV[2])
-redis.call('HSET', KEYS[2], field, fmt(w) .. ':' .. ARGV[2] .. ':' .. owner)
-if tok > (tonumber(st[2]) or 0) then
-  redis.call('HSET', KEYS[2], 'token', ARGV[2])
-end
+local set = {'HSET', KEYS[2], field, fmt(w) .. ':' .. ARGV[2] .. ':' .. owner}
+if tok > (tonumber(st[2]) or 0) then set[5], set[6] = 'token', ARGV[2] end
+redis.call(unpack(set))
 return 1
