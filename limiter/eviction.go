@@ -26,8 +26,9 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // per node, before the Client's first acquisition, and again before the
 // next while a node does not answer (10s later when it timed out); a node
 // found evicting settles it, and a Redis that refuses INFO, e.g. by ACL,
-// is taken as safe and logged at Debug. A Client option: on a Semaphore
-// it has no effect.
+// is taken as safe and logged at Debug. An acquisition whose ctx ends
+// while it waits for a check in progress goes on to its attempt, which
+// reports that ctx. A Client option: on a Semaphore it has no effect.
 func FailOnEviction() Option { return func(c *config) { c.failOnEviction = true } }
 
 // evictionCheck remembers, per Client, what the maxmemory check found.

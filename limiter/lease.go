@@ -60,7 +60,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r acq
 	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
-		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent}
+		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
 	if !s.c.track(l) { // before the watchdog, whose end untracks it
 		cancel(ErrClosed)
 		return nil, ErrClosed

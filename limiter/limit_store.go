@@ -49,11 +49,15 @@ func (s *redisStore) names(ctx context.Context, pattern string) ([]string, error
 	return out, err
 }
 
-// eachMaster runs fn on every master of a Cluster, in parallel (so fn
-// locks what it shares), or once on any other deployment.
+// eachMaster runs fn on every master of a Cluster or shard of a Ring, in
+// parallel (so fn locks what it shares), or once on any other deployment.
 func (s *redisStore) eachMaster(ctx context.Context, fn func(ctx context.Context, c redis.UniversalClient) error) error {
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+	each := func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) }
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, each)
 	}
 	return fn(ctx, s.rdb)
 }

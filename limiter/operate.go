@@ -24,8 +24,11 @@ import (
 // While a limit is stored, the semaphore's keys do not expire (an idle
 // night must not bring back the processes' own limits); clearing it lets
 // them expire again once unused. n outside [0, 2^40] gives an
-// *ArgumentError; a Redlock Client cannot store one (an error says so);
-// a Redis failure is returned wrapped.
+// *ArgumentError, as does a nil ctx; a Redlock Client cannot store one
+// (an error says so); after Close it returns ErrClosed. A Redis failure,
+// or ctx ending, is returned wrapped, and the limit may then have been
+// stored all the same (the reply may be what was lost): call it again, or
+// read it back with EffectiveLimit.
 func (s *Semaphore) SetLimit(ctx context.Context, n int64) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
@@ -45,8 +48,9 @@ func (s *Semaphore) SetLimit(ctx context.Context, n int64) error {
 }
 
 // EffectiveLimit returns the limit that grants obey now: the one stored
-// with SetLimit (fleet true), or else this Semaphore's own (Limit). A
-// Redis failure is returned wrapped.
+// with SetLimit (fleet true), or else this Semaphore's own (Limit; always
+// so on a Redlock Client). A nil ctx gives an *ArgumentError; a Redis
+// failure, or ctx ending, is returned wrapped.
 func (s *Semaphore) EffectiveLimit(ctx context.Context) (limit int64, fleet bool, err error) {
 	if ctx == nil {
 		return 0, false, argError("ctx", nil, "must not be nil")
@@ -71,7 +75,8 @@ func (s *Semaphore) EffectiveLimit(ctx context.Context) (limit int64, fleet bool
 // key: neither the prefix nor how the key encodes the name plays a part,
 // and a malformed glob selects what Redis would select with it. It is for
 // operators: it SCANs every state key under the prefix, whatever match
-// is. A Redis failure is returned wrapped.
+// is. A nil ctx gives an *ArgumentError; a Redis failure, or ctx ending,
+// is returned wrapped.
 func (c *Client) Names(ctx context.Context, match string) ([]string, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
@@ -107,8 +112,9 @@ const maxWaitersListed = 1000
 
 // Waiters lists the requests waiting for this semaphore, in the order
 // they will be served (the first 1000; on a Redlock Client, one node's
-// queue, which only says whom to wake). Read-only, for operators. A
-// Redis failure is returned wrapped.
+// queue, which only says whom to wake). Read-only, for operators. A nil
+// ctx gives an *ArgumentError; a Redis failure, or ctx ending, is
+// returned wrapped.
 func (s *Semaphore) Waiters(ctx context.Context) ([]Waiter, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")

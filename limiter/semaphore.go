@@ -142,10 +142,11 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	rep, err = s.c.st.acquire(ctx, s.keys, r)
 	s.c.hub.wake(rep.woken) // a quorum's nodes may have woken ours even when it failed
 	if err != nil {
-		if !r.idGiven {
+		if !r.idGiven && !errors.As(err, new(*QuorumError)) {
 			// The script may have run with the reply lost: remove what
 			// it may have granted rather than leave it for the TTL. A
-			// caller-given id is left for the caller's retry to reclaim.
+			// caller-given id is left for the caller's retry to reclaim;
+			// a quorum rolled its attempt back itself.
 			s.c.spawn(func() { s.forget(r.id, "") })
 		}
 		return nil, rep, redisError("acquire", s.name, err)

@@ -179,13 +179,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 // local deadline passed, the Client closing) is given back.
 func (s *Semaphore) takeHandoff(ctx context.Context, r acquireRequest, token string, after time.Time) (*Lease, error) {
 	rep := acquireReply{granted: true, token: token, weight: r.weight}
-	life := min(s.cfg.ttl, queueTTL)
-	l, err := newLease(ctx, s, r.id, false, rep, after, life)
-	if err == nil && life < s.cfg.ttl {
-		l.mu.Lock()
-		l.short = true
-		l.mu.Unlock()
-	}
+	l, err := newLease(ctx, s, r.id, false, rep, after, min(s.cfg.ttl, queueTTL))
 	if err != nil {
 		s.forget(r.id, token)
 		return nil, err
