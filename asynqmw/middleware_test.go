@@ -168,7 +168,7 @@ func TestCapAcrossServers(t *testing.T) {
 		return err == nil && len(completed) == tasks
 	})
 	if p := c.Peak(); p > 3 || p < 2 {
-		t.Fatalf("peak redistest.Gauge %d with a limit of 3", p)
+		t.Fatalf("peak of %d handlers at once with a limit of 3", p)
 	}
 	for _, info := range completed {
 		if info.Retried != 0 {
