@@ -53,7 +53,7 @@ func child(fn func(addr, name string) error) func() int {
 func withLimiter(addr string, fn func(rdb *redis.Client, lc *limiter.Client) error) (err error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	lc, err := limiter.New(rdb)
+	lc, err := limiter.New(rdb, limiter.RestartQuarantine(0))
 	if err != nil {
 		return err
 	}

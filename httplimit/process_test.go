@@ -34,7 +34,7 @@ const childWorkers, childRounds = 8, 12
 func runChild() int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("HTTPLIMIT_REDIS")})
 	defer rdb.Close()
-	lc, err := limiter.New(rdb)
+	lc, err := limiter.New(rdb, limiter.RestartQuarantine(0))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -257,7 +257,7 @@ func aclCommands(line string) []string {
 // early; the test closes it itself to check Close's own commands.
 func aclClient(t *testing.T, rdb redis.UniversalClient, logs *aclLogs) *limiter.Client {
 	t.Helper()
-	c, err := limiter.New(rdb, limiter.Logger(slog.New(logs)))
+	c, err := limiter.New(rdb, limiter.Logger(slog.New(logs)), limiter.RestartQuarantine(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@
 --       token above this one is a retry's, whose reply was lost), wait id
 --       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0),
 --       handoff (1: a release may grant this waiter its lease directly,
---       under the lease id wait; see release.lua)
+--       under the lease id wait; see release.lua), restart quarantine ms
+--       (0: none; see quarantine_left), exact (1: the proposed token is
+--       the lease's own, to be taken as is: see quorumStore.regain)
 -- A quorum proposes the token so that its nodes, whose clocks differ,
 -- agree on it unless one has seen a later token. A quorum does not queue
 -- in order (fifo 0): each node's queue only says whom to wake, since an
@@ -12,7 +14,8 @@
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not (with the last token issued), {-1, weight held} when the id holds another weight, {-2,
+-- when not (with the last token issued, and 1 when the restart quarantine
+-- refused it, the ms being then until its end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
 -- Sums the weights of the live waiters queued ahead of wait (of every
 -- waiter when wait is not queued): those permits are spoken for, but for
@@ -37,6 +40,19 @@ local function earliest(now_ms, fallback)
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 or first[1] == '' then return fallback end
   return math.max(tonumber(first[2]) - now_ms, 0)
+end
+
+-- Milliseconds until this server is surely older than q: a server
+-- restarted empty forgot leases whose holders still believe in them for up
+-- to their TTL (RestartQuarantine). INFO's uptime is the difference of two
+-- clock readings in whole seconds, so it may run up to a second ahead of
+-- the time since the start: one second is taken off. A server that tells
+-- no uptime (an embedded fake) is not restarted under its users.
+local function quarantine_left(q)
+  local info = redis.pcall('INFO', 'server')
+  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  if not up then return 0 end
+  return math.max(q - (up - 1) * 1000, 0)
 end
 
 local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -111,13 +127,31 @@ if ARGV[11] == '1' and not conflict then
   ahead = queued_ahead(now_ms, wait, limit)
 end
 
-if not conflict and ahead and total + ahead + weight <= limit then
-  local tok = next_token(last, ARGV[5], now)
+-- No token: the name is new to this server, or was forgotten in a restart
+-- with its leases. Only then is the server's age asked (one INFO), so the
+-- names in use pay nothing.
+local quarantine = 0
+if not conflict and not st[2] and ARGV[13] ~= '0' then
+  quarantine = quarantine_left(tonumber(ARGV[13]))
+end
+
+if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit then
+  -- A quorum granting a lease it holds again on a node that lost it
+  -- gives the lease its own token (ARGV[14]); the node's counter never
+  -- goes back.
+  local tok, counter
+  if ARGV[14] == '1' then
+    tok = ARGV[5]
+    counter = fmt(math.max(last, tonumber(tok)))
+  else
+    tok = next_token(last, ARGV[5], now)
+    counter = tok
+  end
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
   -- formatting; limit and keyexp only when they change.
-  local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight), 'token', tok}
+  local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight), 'token', counter}
   if st[6] ~= limit_s then
     set[9], set[10] = 'limit', limit_s
   end
@@ -161,4 +195,5 @@ if wait ~= '' then
 end
 -- The last token issued: a handoff announced with a token no higher came
 -- before this answer, so its lease has expired since (see wait.go).
-return {0, earliest(now_ms, ttl), total, head, st[2] or '0'}
+if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
+return {0, earliest(now_ms, ttl), total, head, st[2] or '0', 0}

@@ -114,7 +114,7 @@ func TestCloseEndsEverything(t *testing.T) {
 
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	observer := srv.Client(t)
-	c, err := limiter.New(rdb)
+	c, err := limiter.New(rdb, limiter.RestartQuarantine(0))
 	if err != nil {
 		t.Fatal(err)
 	}

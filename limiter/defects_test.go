@@ -298,7 +298,7 @@ func TestGrantAfterCloseIsGivenBack(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := ctxT(t, 20*time.Second)
-	c, err := limiter.New(rdb, limiter.TTL(30*time.Second))
+	c, err := limiter.New(rdb, limiter.TTL(30*time.Second), limiter.RestartQuarantine(0))
 	if err != nil {
 		t.Fatal(err)
 	}

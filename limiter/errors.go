@@ -63,11 +63,28 @@ type BusyError struct {
 	RetryIn  time.Duration // until the earliest current lease expires: a sensible time to try again
 	Attempts int
 	Waited   time.Duration
-	timedOut bool
+	// Restarted: Redis refused because it started less than the
+	// RestartQuarantine ago and has no state for the name; RetryIn is then
+	// until the quarantine ends.
+	Restarted bool
+	timedOut  bool
+}
+
+func (s *Semaphore) busy(r acquireRequest, rep acquireReply, attempts int, waited time.Duration, timedOut bool) *BusyError {
+	return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn, Attempts: attempts,
+		Waited: waited, Restarted: rep.restarted, timedOut: timedOut}
 }
 
 // Error says how full the semaphore was and when to try again.
 func (e *BusyError) Error() string {
+	if e.Restarted {
+		msg := fmt.Sprintf("limiter: %q: Redis restarted and grants nothing new for %v (RestartQuarantine)", e.Name, e.RetryIn)
+		if e.timedOut {
+			msg += fmt.Sprintf(": no %d permit(s) after %d attempt(s) in %v: %v",
+				e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), ErrTimeout)
+		}
+		return msg
+	}
 	if e.timedOut {
 		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use; earliest expiry in %v): %v",
 			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), e.InUse, e.RetryIn, ErrTimeout)

@@ -93,7 +93,7 @@ func ExampleSemaphore_Resume() {
 	// Cron side: refresh off; the TTL covers the wait until pick-up.
 	cronClient, _ := limiter.New(rdb)
 	defer cronClient.Close(ctx)
-	cron, _ := cronClient.Mutex("example:report", limiter.TTL(time.Minute), limiter.RefreshInterval(0))
+	cron, _ := cronClient.Mutex("example:report", limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
 	lease, err := cron.TryAcquire(ctx)
 	if err != nil {
 		panic(err)

@@ -559,7 +559,7 @@ func fuzzClient(f *testing.F) (*Client, *redis.Client, *atomic.Int64) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	sent := &atomic.Int64{}
 	rdb.AddHook(countingHook{sent})
-	c, err := New(rdb)
+	c, err := New(rdb, RestartQuarantine(0))
 	if err != nil {
 		f.Fatal(err)
 	}

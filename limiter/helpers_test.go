@@ -151,7 +151,7 @@ func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limi
 // newRedlockSemaphore makes a Redlock Client per call (NodeTimeout is the
 // Client's), closed when the test ends.
 func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
-	c, err := limiter.NewRedlock(nodes, opts...)
+	c, err := limiter.NewRedlock(nodes, append([]limiter.Option{limiter.RestartQuarantine(0)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

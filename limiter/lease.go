@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -131,7 +132,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{{id: l.id, token: l.token, ttl: l.ttl}}}})[0]
+	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{l.refreshItem()}}})[0]
 	if res.err != nil {
 		l.refreshFailed()
 		return redisError("refresh", l.sem.name, res.err)
@@ -213,6 +214,19 @@ func (l *Lease) localDeadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
+}
+
+func (l *Lease) refreshItem() refreshItem {
+	return refreshItem{id: l.id, token: l.token, ttl: l.ttl, weight: l.weight, owner: l.sem.c.id,
+		quarantine: l.sem.cfg.quarantine, givenUp: l.givenUp}
+}
+
+// givenUp reports whether the holder released the lease or handed it to
+// another process. Both mark the lease before they touch Redis.
+func (l *Lease) givenUp() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.handedOff || errors.Is(l.err, errReleased)
 }
 
 func (l *Lease) refreshFailed() { l.sem.cfg.metrics.refreshFailed(l.sem.name) }

@@ -25,6 +25,8 @@ type config struct {
 	releaseTimeout time.Duration
 	maxHold        time.Duration
 	failOnEviction bool
+	quarantine     time.Duration
+	quarantineSet  bool
 }
 
 // Defaults of the TTL, AcquireTimeout and Prefix options.
@@ -125,6 +127,27 @@ func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.release
 // that hangs cannot hold a permit forever.
 func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 
+// RestartQuarantine sets how long a Redis server, after it started, grants
+// nothing on a name it holds no state for (default: the TTL; 0 turns the
+// quarantine off). A server restarted empty (no persistence, or a crash
+// before its last write reached disk) forgot leases whose holders still
+// believe they hold them until their TTL runs out; granting their permits
+// again meanwhile would put more holders than the limit at work. So a
+// server younger than the quarantine refuses grants on a name that has no
+// fencing token yet: an acquisition there waits (or TryAcquire gets a
+// *BusyError whose Restarted is set) until the quarantine is over, as the
+// Redlock write-up asks of restarted nodes. Names in use since the start
+// are unaffected, and the check costs one INFO only on a name's first
+// grant.
+//
+// Set it to the longest TTL any process uses on the same names when TTLs
+// differ. Turn it off only when a restart cannot lose a grant: AOF with
+// appendfsync always, or servers that are never restarted while leases
+// are held; a fresh test server, say.
+func RestartQuarantine(d time.Duration) Option {
+	return func(c *config) { c.quarantine, c.quarantineSet = d, true }
+}
+
 func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
@@ -157,6 +180,12 @@ func (c *config) validate() error {
 	}
 	if c.maxHold < 0 {
 		return argError("MaxHold", c.maxHold, "must be >= 0")
+	}
+	if c.quarantine < 0 {
+		return argError("RestartQuarantine", c.quarantine, "must be >= 0")
+	}
+	if !c.quarantineSet {
+		c.quarantine = c.ttl // derived again for each TTL a semaphore sets
 	}
 	if c.releaseTimeout <= 0 {
 		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")

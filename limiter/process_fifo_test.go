@@ -26,7 +26,7 @@ func runWaiterChild() int {
 	name := os.Getenv("REDSEM_NAME")
 	waiters, _ := strconv.Atoi(os.Getenv("REDSEM_WAITERS"))
 	hold, _ := strconv.Atoi(os.Getenv("REDSEM_HOLD_MS"))
-	client, err := limiter.New(rdb, limiter.AcquireTimeout(0))
+	client, err := limiter.New(rdb, limiter.AcquireTimeout(0), limiter.RestartQuarantine(0))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

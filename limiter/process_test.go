@@ -60,7 +60,7 @@ func runChild() int {
 	maxWeight, _ := strconv.ParseInt(os.Getenv("REDSEM_MAX_WEIGHT"), 10, 64)
 	rounds, _ := strconv.Atoi(os.Getenv("REDSEM_ROUNDS"))
 	obs, violations := "obs:{"+name+"}", "violations:{"+name+"}"
-	opts := []limiter.Option{limiter.TTL(5 * time.Second), limiter.AcquireTimeout(time.Minute)}
+	opts := []limiter.Option{limiter.TTL(5 * time.Second), limiter.AcquireTimeout(time.Minute), limiter.RestartQuarantine(0)}
 	var client *limiter.Client
 	var err error
 	if os.Getenv("REDSEM_TEST_REDLOCK") != "" {

@@ -261,6 +261,7 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 				rep.retryIn = replies[b].retryIn
 			}
 			rep.inUse = max(rep.inUse, replies[b].inUse)
+			rep.restarted = rep.restarted || replies[b].restarted
 		}
 		if len(granted) > 0 {
 			// Contenders split the nodes and each gave its part back,
@@ -350,14 +351,15 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 	n := len(q.nodes)
 	out := make([]refreshResult, len(batches))
 	type tally struct {
-		held, gone []int
-		errs       [][]error
-		waits      []int64
+		held   []int
+		goneOn [][]int // per lease, the nodes that answered it is not there
+		errs   [][]error
+		waits  []int64
 	}
 	tallies := make([]tally, len(batches))
 	for b, batch := range batches {
 		t := &tallies[b]
-		t.held, t.gone = make([]int, len(batch.leases)), make([]int, len(batch.leases))
+		t.held, t.goneOn = make([]int, len(batch.leases)), make([][]int, len(batch.leases))
 		t.errs = make([][]error, len(batch.leases))
 		for j := range t.errs {
 			t.errs[j] = make([]error, n)
@@ -383,7 +385,7 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 				case j < len(res.held) && res.held[j]:
 					t.held[j]++
 				default:
-					t.gone[j]++
+					t.goneOn[j] = append(t.goneOn[j], a.i)
 				}
 			}
 			for j := range batches[b].waits {
@@ -403,7 +405,10 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 			switch {
 			case t.held[j] >= quorum:
 				out[b].held = append(out[b].held, true)
-			case t.gone[j] > n-quorum:
+				if len(t.goneOn[j]) > 0 {
+					q.regain(ctx, batch.keys, batch.leases[j], t.goneOn[j])
+				}
+			case len(t.goneOn[j]) > n-quorum:
 				out[b].held = append(out[b].held, false) // a quorum can no longer hold it
 			default:
 				out[b].err = q.quorumError(quorum, "refresh", t.held[j], nil, t.errs[j])
@@ -414,6 +419,47 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 		}
 	}
 	return out
+}
+
+// regain grants a lease that a quorum still holds again on the nodes that
+// lost it (one restarted empty, or one that missed a grant), as a fresh
+// acquisition there: within the node's limit and restart quarantine, and
+// given the lease's token. Without it each node failure used up the
+// lease's fault tolerance for the rest of its life, and a rolling restart
+// of the nodes lost every long-held lease. Only a lease a quorum confirmed
+// is regained: one a quorum lost (released, handed on, expired) is over.
+// A node that refuses, fails or answers too late is tried again at the
+// next refresh.
+//
+// A node that still has the lease under another token (its write-back
+// failed) gives it back as its own (reclaim) and gets the token. A holder
+// may release the lease, or hand it on, while this runs: both mark the
+// lease before they touch Redis, so a grant that landed after their
+// script on a node is seen here, and given back.
+func (q *quorumStore) regain(ctx context.Context, k keyspace, it refreshItem, nodes []int) {
+	r := acquireRequest{limit: k.limit, weight: it.weight, ttl: it.ttl, id: it.id, idGiven: true,
+		proposed: it.token, exactToken: true, reclaimAbove: "0", owner: it.owner, quarantine: it.quarantine}
+	var regained, differ []int
+	gather(ctx, q, nodes, func(ctx context.Context, _ int, n *redisStore) (acquireReply, error) {
+		return n.acquire(ctx, k, r)
+	}, func(a nodeAnswer[acquireReply]) bool {
+		switch {
+		case a.err != nil || !a.v.granted:
+		case a.v.token != it.token:
+			differ = append(differ, a.i)
+		default:
+			regained = append(regained, a.i)
+		}
+		return false
+	}, nil)
+	q.setToken(k, it.id, it.token, differ)
+	if it.givenUp() {
+		back := map[int]string{}
+		for _, i := range append(regained, differ...) {
+			back[i] = it.token
+		}
+		q.releaseOn(k, it.id, back)
+	}
 }
 
 // release returns once a quorum answered; the other nodes finish (or let

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,20 +40,26 @@ func (q quorum) addrs() []string {
 // leaseCount is how many leases node i holds for the semaphore (its
 // sorted set), read straight from Redis.
 func leaseCount(t *testing.T, q quorum, i int, prefix string) int64 {
+	return int64(len(leaseIDs(t, q, i, prefix)))
+}
+
+// leaseIDs are the ids of the leases node i holds under prefix, sorted.
+func leaseIDs(t *testing.T, q quorum, i int, prefix string) []string {
 	t.Helper()
 	keys, err := q.nodes[i].Keys(context.Background(), prefix+"*:leases").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
+	var ids []string
 	for _, k := range keys {
 		for _, m := range q.nodes[i].ZRange(context.Background(), k, 0, -1).Val() {
 			if m != "" { // the set's keep-alive member
-				n++
+				ids = append(ids, m)
 			}
 		}
 	}
-	return n
+	slices.Sort(ids)
+	return ids
 }
 
 func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
@@ -194,9 +201,16 @@ func testOneNodeDown(t *testing.T, nodes int, limit int64) {
 	if won != 0 {
 		t.Fatalf("%d acquisitions over the limit after an empty node rejoined", won)
 	}
-	// Grants that come after the outcome are given back in the background.
-	redistest.Eventually(t, 5*time.Second, "failed attempts leave no lease on the restarted node", func() bool {
-		return leaseCount(t, q, down, "down1:") == 0
+	// Grants that come after the outcome are given back in the background,
+	// and the refreshes grant the held leases there again: the node ends
+	// with exactly those.
+	var held []string
+	for _, l := range append(before, last) {
+		held = append(held, l.ID())
+	}
+	slices.Sort(held)
+	redistest.Eventually(t, 5*time.Second, "the restarted node holds the held leases and nothing else", func() bool {
+		return slices.Equal(leaseIDs(t, q, down, "down1:"), held)
 	})
 	if err := last.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -462,7 +476,7 @@ func TestRedlockTokensIgnoreClientClocks(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	var last int64
 	for _, shift := range []time.Duration{time.Hour, 0, -time.Hour} {
-		c, err := limiter.NewRedlock(q.nodes, limiter.TTL(ttl))
+		c, err := limiter.NewRedlock(q.nodes, limiter.TTL(ttl), limiter.RestartQuarantine(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -526,5 +540,58 @@ func TestRedlockAcquireRetriesAFailedQuorum(t *testing.T) {
 	short, _ := newRedlockMutex(t, q.nodes, "quorum-gone", limiter.AcquireTimeout(300*time.Millisecond), limiter.TTL(time.Second))
 	if _, err := short.Acquire(ctx); !errors.As(err, new(*limiter.QuorumError)) {
 		t.Fatalf("Acquire with the quorum gone for good: %v, want the QuorumError", err)
+	}
+}
+
+// A refresh grants a lease that a quorum holds again on a node that lost
+// it, so a rolling restart of every node (each empty, each within its
+// restart quarantine) keeps a long-held lease, which without that would
+// be lost at the second restart.
+func TestRedlockRollingRestartKeepsTheLease(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 60*time.Second)
+	const ttl = time.Second
+	opts := []limiter.Option{limiter.TTL(ttl), limiter.RestartQuarantine(ttl), limiter.Prefix("rolling:")}
+	mu, err := newRedlockMutex(t, q.nodes, "rolling", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The nodes are new: the first grant waits out their quarantine.
+	l, err := mu.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range q.servers {
+		q.servers[i].Restart(t)
+		restarted := time.Now()
+		redistest.Eventually(t, 10*time.Second, fmt.Sprintf("the lease is granted again on restarted node %d", i), func() bool {
+			return l.Err() != nil || slices.Equal(leaseIDs(t, q, i, "rolling:"), []string{l.ID()})
+		})
+		if err := l.Err(); err != nil {
+			t.Fatalf("lost after restarting node %d: %v", i, err)
+		}
+		t.Logf("node %d: the lease was granted again %v after its restart", i, time.Since(restarted).Round(time.Millisecond))
+	}
+	// Each node holds the lease with its own token, so a later quorum's
+	// token is higher.
+	for i, n := range q.nodes {
+		keys := n.Keys(ctx, "rolling:*:state").Val()
+		if len(keys) != 1 {
+			t.Fatalf("node %d: state keys %v", i, keys)
+		}
+		rec := n.HGet(ctx, keys[0], ":"+l.ID()).Val()
+		if want := fmt.Sprintf("1:%d:", l.Token()); !strings.HasPrefix(rec, want) {
+			t.Errorf("node %d holds the lease as %q, want the token %d", i, rec, l.Token())
+		}
+	}
+	other, err := newRedlockMutex(t, q.nodes, "rolling", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("another client after the rolling restart: %v, want ErrBusy", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

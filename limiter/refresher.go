@@ -173,7 +173,7 @@ func (r *refresher) refresh(entries []*entry) {
 			leases, waiters = append(leases, nil), append(waiters, nil)
 		}
 		if l := e.lease; l != nil {
-			batches[i].leases = append(batches[i].leases, refreshItem{id: l.id, token: l.token, ttl: l.ttl})
+			batches[i].leases = append(batches[i].leases, l.refreshItem())
 			leases[i] = append(leases[i], e)
 			// A reply after every lease's local deadline is useless, and
 			// a hung server must not stall the refresher longer.

@@ -44,7 +44,7 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Limit() int64 { return s.limit }
 
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
-	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel}
+	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel, quarantine: s.cfg.quarantine}
 	for _, o := range opts {
 		if o != nil {
 			o(&r)
@@ -82,7 +82,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 		return nil, err
 	case l == nil:
 		s.cfg.metrics.acquired(s.name, OutcomeBusy, time.Since(start))
-		return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn, Attempts: 1}
+		return nil, s.busy(r, rep, 1, 0, false)
 	}
 	s.cfg.metrics.acquired(s.name, OutcomeAcquired, time.Since(start))
 	return l, nil

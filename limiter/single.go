@@ -49,7 +49,8 @@ const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
 	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
-		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo), flag(r.handoff)).Slice()
+		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo), flag(r.handoff),
+		r.quarantine.Milliseconds(), flag(r.exactToken)).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -81,12 +82,14 @@ func parseAcquire(v []any) (acquireReply, error) {
 		existed, _ := v[4].(int64)
 		return acquireReply{granted: true, token: tok, weight: w, free: max(free, 0), existed: existed == 1,
 			woken: stringsOf(v[5:])}, nil
-	case code == 0 && len(v) == 5:
+	case code == 0 && len(v) == 6:
 		wait, _ := v[1].(int64)
 		inUse, _ := v[2].(int64)
 		head, _ := v[3].(int64)
 		last, _ := v[4].(string)
-		return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse, head: head == 1, lastToken: last}, nil
+		restarted, _ := v[5].(int64)
+		return acquireReply{retryIn: time.Duration(max(wait, 0)) * time.Millisecond, inUse: inUse, head: head == 1,
+			lastToken: last, restarted: restarted == 1}, nil
 	}
 	return acquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 }

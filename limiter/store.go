@@ -65,6 +65,12 @@ type acquireRequest struct {
 	// (under the lease id, which must then be the wait id).
 	handoff bool
 	channel string // the owner's wake channel
+	// quarantine: how long after it started a server grants nothing on
+	// a name it has no state for (0: no quarantine); see RestartQuarantine.
+	quarantine time.Duration
+	// exactToken: proposed is the token of a lease a quorum holds, to be
+	// taken as is (quorumStore.regain).
+	exactToken bool
 }
 
 type acquireReply struct {
@@ -80,6 +86,7 @@ type acquireReply struct {
 	inUse      int64         // when not granted
 	head       bool          // when not granted: nobody waits ahead
 	lastToken  string        // when not granted: the last token issued
+	restarted  bool          // when not granted: for the restart quarantine (retryIn is its end)
 	// heldWeight is the weight of the lease the id holds when it differs
 	// from the request's (then nothing was granted).
 	heldWeight int64
@@ -95,6 +102,12 @@ type refreshItem struct {
 	id    string
 	token string
 	ttl   time.Duration
+	// What a quorum needs to grant the lease again on a node that lost
+	// it (see quorumStore.regain), and whether its holder gave it up since.
+	weight     int64
+	owner      string
+	quarantine time.Duration
+	givenUp    func() bool
 }
 
 // refreshResult answers one batch: per lease, held or not; per waiter,

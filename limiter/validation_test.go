@@ -63,6 +63,7 @@ func TestBadInput(t *testing.T) {
 		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
 		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
 		{"drift NaN", "ClockDrift", newSem(limiter.ClockDrift(math.NaN()))},
+		{"negative quarantine", "RestartQuarantine", newSem(limiter.RestartQuarantine(-time.Second))},
 		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }}, //nolint:staticcheck // on purpose
 		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},      //nolint:staticcheck // on purpose
 		{"nil fn", "fn", func() error { return sem.Do(ctx, nil) }},

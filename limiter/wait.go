@@ -119,8 +119,7 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 			c.refresher.addWaiter(w)
 		}
 		if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
-			return nil, &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
-				Attempts: attempt, Waited: time.Since(start), timedOut: true}
+			return nil, s.busy(r, rep, attempt, time.Since(start), true)
 		}
 		var fallback <-chan time.Time
 		if rep.head || !subscribed {
@@ -224,8 +223,7 @@ func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep ac
 		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
 			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
 	case parent.Err() == nil && errors.Is(context.Cause(ctx), errAcquireTimeout):
-		return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn,
-			Attempts: attempts, Waited: time.Since(start), timedOut: true}
+		return s.busy(r, rep, attempts, time.Since(start), true)
 	}
 	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(parent))
 }

@@ -65,7 +65,7 @@ func ExampleAdopt() {
 		panic(err)
 	}
 	job := scheduler.Job{Name: "example-export", TaskType: "example:nightly-export",
-		TTL: time.Minute} // the time a worker has to pick the task up
+		TTL: 10 * time.Second} // the time a worker has to pick the task up
 	if _, err := s.Enqueue(context.Background(), job); err != nil {
 		panic(err) // limiter.ErrBusy while an earlier run holds the lock
 	}

@@ -13,10 +13,11 @@ import (
 // Limiter returns a limiter Client of rdb, closed at cleanup: before rdb
 // when rdb was made first (cleanups run last-in first-out), and after
 // what is registered later (asynq servers, say). A failed Close fails the
-// test.
+// test. The restart quarantine is off unless opts set it: a test server is
+// new, and nobody can hold a lease it forgot.
 func Limiter(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) *limiter.Client {
 	t.Helper()
-	c, err := limiter.New(rdb, opts...)
+	c, err := limiter.New(rdb, append([]limiter.Option{limiter.RestartQuarantine(0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,15 @@ package redistest
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
 )
 
 // StartMain starts a server for a TestMain, before any testing.TB exists
@@ -63,7 +69,26 @@ func Main(m *testing.M, children map[string]func() int) {
 		os.Exit(1)
 	}
 	os.Setenv("REDIS_ADDR", addr)
+	if examplesWillRun() {
+		// The Examples show limiter.New as users write it, with the
+		// restart quarantine on: a server younger than the TTL (and a
+		// second, INFO's resolution) grants nothing new, so they get one
+		// old enough for TTLs up to the default.
+		time.Sleep(limiter.DefaultTTL + 2*time.Second)
+	}
 	code := m.Run()
 	stop()
 	os.Exit(code)
+}
+
+// examplesWillRun reports whether -test.run lets the runnable Examples run.
+func examplesWillRun() bool {
+	flag.Parse()
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	pattern := f.Value.String()
+	re, err := regexp.Compile(pattern)
+	return strings.Contains(pattern, "Example") || (err == nil && re.MatchString("Example"))
 }
