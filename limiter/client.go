@@ -85,6 +85,10 @@ func newClient(opts []Option, open func(*config) store) (*Client, error) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.eviction.turn = make(chan struct{}, 1)
 	c.st = open(&c.cfg)
+	if err := c.st.canWait(c.cfg.replicas); err != nil {
+		c.cancel()
+		return nil, err
+	}
 	c.refresher = newRefresher(c)
 	c.hub = newHub(c)
 	return c, nil
@@ -110,6 +114,9 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
 	}
 	cfg, err := c.cfg.with(opts)
+	if err == nil {
+		err = c.st.canWait(cfg.replicas)
+	}
 	if err != nil {
 		return nil, err
 	}

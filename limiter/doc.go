@@ -46,10 +46,10 @@
 // process died holds it no longer), and its holder's refresher extends
 // it to its TTL unless it is released first: a Redis outage in its first
 // two seconds ends it sooner than an acquired lease. Requests with an ID, a
-// RefreshInterval of 0 or a TTL under 3s, and every request on a Redlock
-// Client, are woken instead and then acquire. Held leases are refreshed
-// in bulk: one script call per semaphore (per 2,000 leases) for all the
-// leases of a Client that fall due together.
+// RefreshInterval of 0, a TTL under 3s or WaitReplicas, and every request
+// on a Redlock Client, are woken instead and then acquire. Held leases are
+// refreshed in bulk: one script call per semaphore (per 2,000 leases) for
+// all the leases of a Client that fall due together.
 //
 // # Deployments
 //
@@ -57,8 +57,10 @@
 // a Cluster client (all keys of a name share one hash tag, even when the
 // name contains braces; wake-ups use plain PUBLISH, which a Cluster
 // forwards to every node, so one connection hears all). Redis failover can
-// lose recently written leases; where that matters, use a quorum of
-// independent nodes.
+// lose recently written leases (replication is asynchronous); where that
+// matters, WaitReplicas has grants and refreshes confirmed by replicas
+// (see there for what it leaves possible), or use a quorum of independent
+// nodes (NewRedlock).
 //
 // The guarantees need Redis to keep the keys: with a maxmemory and an
 // evicting maxmemory-policy (volatile-* evicts them too, since they carry

@@ -32,7 +32,40 @@ var (
 
 	// ErrInvalidArgument is matched by every *ArgumentError.
 	ErrInvalidArgument = errors.New("limiter: invalid argument")
+
+	// ErrNotReplicated reports that fewer replicas than WaitReplicas asks
+	// for confirmed a grant, a Resume or a refresh in time. Every
+	// *ReplicationError matches it.
+	ErrNotReplicated = errors.New("limiter: not confirmed by enough replicas")
 )
+
+// ReplicationError reports how many replicas confirmed a write that
+// WaitReplicas wanted on more (see there for what happened to the lease).
+// errors.Is(err, ErrNotReplicated) is true for it.
+type ReplicationError struct {
+	Name    string
+	Op      string // "acquire", "resume" or "refresh"
+	Want    int    // replicas asked for
+	Acked   int    // replicas that confirmed within Timeout
+	Timeout time.Duration
+	// Err is why WAIT itself failed (then Acked is 0), or nil.
+	Err error
+}
+
+// Error says how many replicas confirmed the write.
+func (e *ReplicationError) Error() string {
+	msg := fmt.Sprintf("limiter: %s %q: %d of %d replica(s) confirmed within %v", e.Op, e.Name, e.Acked, e.Want, e.Timeout)
+	if e.Err != nil {
+		msg += ": WAIT failed: " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotReplicated) true.
+func (e *ReplicationError) Is(target error) bool { return target == ErrNotReplicated }
+
+// Unwrap returns Err.
+func (e *ReplicationError) Unwrap() error { return e.Err }
 
 // ArgumentError names the constructor argument, option or ticket field that
 // is wrong and why. errors.Is(err, ErrInvalidArgument) is true for it.

@@ -132,13 +132,30 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{l.refreshItem()}}})[0]
+	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{l.refreshItem()},
+		replicas: l.sem.cfg.replicas}})[0]
 	if res.err != nil {
 		l.refreshFailed()
 		return redisError("refresh", l.sem.name, res.err)
 	}
-	l.refreshed(sent, len(res.held) == 1 && res.held[0])
+	held := len(res.held) == 1 && res.held[0]
+	if err := l.unconfirmed(held, res); err != nil {
+		l.refreshFailed()
+		return err
+	}
+	l.refreshed(sent, held)
 	return l.Err()
+}
+
+// unconfirmed returns the *ReplicationError of a refresh that extended
+// the lease on the master but not on the replicas WaitReplicas asks for:
+// it counts as failed, since a failover would bring back the older
+// expiry they have.
+func (l *Lease) unconfirmed(held bool, res refreshResult) error {
+	if !held { // gone: a loss, whatever the replicas say
+		return nil
+	}
+	return l.sem.cfg.replicas.confirm("refresh", l.sem.name, res.acked, res.waitErr)
 }
 
 // Release gives the permits back and grants them to (or wakes) the

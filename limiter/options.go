@@ -27,6 +27,7 @@ type config struct {
 	failOnEviction bool
 	quarantine     time.Duration
 	quarantineSet  bool
+	replicas       replicaWait
 }
 
 // Defaults of the TTL, AcquireTimeout and Prefix options.
@@ -148,6 +149,63 @@ func RestartQuarantine(d time.Duration) Option {
 	return func(c *config) { c.quarantine, c.quarantineSet = d, true }
 }
 
+// WaitReplicas makes every write that grants or extends a lease wait
+// until n replicas have it (Redis WAIT, for at most timeout), so that a
+// failover to one of them keeps the lease (default n = 0: no wait). It is
+// for a master with replicas: Sentinel, or a Cluster with replicas. A
+// Redlock Client rejects it: its nodes are independent, and the quorum
+// is what survives losing one. The timeout must be below the TTL and the
+// go-redis ReadTimeout (default 3s), which bounds the script's and WAIT's
+// replies together: leave the script room.
+//
+// A grant (Acquire, TryAcquire, Do, Run, Resume) is returned only once
+// confirmed. If fewer than n replicas confirmed in time, the lease is
+// given back at once (on the master, where it is) and a
+// *ReplicationError matching ErrNotReplicated says how many did. Acquire
+// does not retry then: replicas that miss a generous timeout are down or
+// far behind, retries would grant and undo grants (waking waiters each
+// time) until AcquireTimeout, and the caller hears at once, as of any
+// Redis failure. A refresh (automatic, or Lease.Refresh, which returns
+// the error) that fewer replicas confirmed counts as failed: the local
+// deadline is not extended, since a failover could bring back the older
+// expiry the replicas have, and the lease is lost at that deadline unless
+// a later refresh is confirmed. A reply lost during the wait (ctx ended,
+// connection failed) is a lost reply like any other: a grant is given
+// back (with ID, left for a retry to reclaim), a refresh failed. Releases
+// do not wait: a release lost in a failover only keeps its permits taken
+// until the lease's TTL.
+//
+// Releases do not hand leases over to waiters that use it: such a grant
+// is made by another Client's release, whose replication the waiter
+// cannot confirm; they are woken and acquire themselves.
+//
+// Cost: each acquire attempt, Resume and lease refresh call waits for
+// the replicas' acknowledgement, about one master-to-replica round trip
+// (WAIT is pipelined with the script, so no client round trip is added).
+// Attempts that only queue pay it too. While fewer than n replicas are
+// up, each such call takes the whole timeout, and the Client's other
+// refreshes wait behind it.
+//
+// What remains possible, since WAIT does not make Redis strongly
+// consistent:
+//   - With n below the number of replicas, a failover may promote one
+//     that does not have the lease. The holder learns of it at its next
+//     refresh; until then another may be granted the permits. Make n the
+//     number of replicas, or have the protected resource check fencing
+//     tokens.
+//   - A write that was not confirmed stays on the master: if it fails
+//     before the lease is given back, a replica that did get it may be
+//     promoted, with a lease nobody holds until its TTL.
+//   - A replica confirms what it received, not what it persisted: one
+//     that restarts empty and is then promoted has lost it.
+//   - On a Cluster, the script and WAIT go to the master of the name's
+//     slot directly (WAIT must follow the script on its connection), so
+//     during a resharding a call fails with MOVED instead of following
+//     it, and ClusterClient hooks do not see these calls.
+func WaitReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas = replicaWait{n: n, timeout: timeout} }
+}
+
 func (c *config) validate() error {
 	if c.ttl <= 0 {
 		return argError("TTL", c.ttl, "must be > 0")
@@ -189,6 +247,12 @@ func (c *config) validate() error {
 	}
 	if c.releaseTimeout <= 0 {
 		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")
+	}
+	if c.replicas.n < 0 {
+		return argError("WaitReplicas", c.replicas.n, "must be >= 0")
+	}
+	if c.replicas.on() && (c.replicas.timeout <= 0 || c.replicas.timeout >= c.ttl) {
+		return argError("WaitReplicas", c.replicas.timeout, "timeout must be > 0 and below the TTL "+c.ttl.String())
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

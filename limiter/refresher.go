@@ -174,6 +174,7 @@ func (r *refresher) refresh(entries []*entry) {
 		}
 		if l := e.lease; l != nil {
 			batches[i].leases = append(batches[i].leases, l.refreshItem())
+			batches[i].replicas = batches[i].replicas.stricter(l.sem.cfg.replicas)
 			leases[i] = append(leases[i], e)
 			// A reply after every lease's local deadline is useless, and
 			// a hung server must not stall the refresher longer.
@@ -196,11 +197,12 @@ func (r *refresher) refresh(entries []*entry) {
 			res = results[i]
 		}
 		for j, e := range leases[i] {
-			if res.err != nil {
+			held := res.err == nil && j < len(res.held) && res.held[j]
+			if res.err != nil || e.lease.unconfirmed(held, res) != nil {
 				retry[e] = true
 				e.lease.refreshFailed()
 			} else {
-				e.lease.refreshed(sent, j < len(res.held) && res.held[j])
+				e.lease.refreshed(sent, held)
 			}
 		}
 		for j, e := range waiters[i] {

@@ -44,7 +44,8 @@ func (s *Semaphore) Name() string { return s.name }
 func (s *Semaphore) Limit() int64 { return s.limit }
 
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
-	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel, quarantine: s.cfg.quarantine}
+	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel,
+		quarantine: s.cfg.quarantine, replicas: s.cfg.replicas}
 	for _, o := range opts {
 		if o != nil {
 			o(&r)
@@ -160,6 +161,12 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 	if !rep.granted {
 		return nil, rep, nil
 	}
+	if rerr := s.cfg.replicas.confirm("acquire", s.name, rep.acked, rep.waitErr); rerr != nil {
+		// A failover could lose it: given back like a grant too late
+		// for its deadline, before returning.
+		s.forget(r.id, rep.token)
+		return nil, rep, rerr
+	}
 	l, lerr := newLease(ctx, s, r.id, r.idGiven, rep, sent, s.cfg.ttl)
 	if lerr != nil {
 		s.forget(r.id, rep.token) // before returning: the caller, or Close, sees the permits free
@@ -213,13 +220,18 @@ func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 		return nil, err
 	}
 	sent := time.Now()
-	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl})
+	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl,
+		replicas: s.cfg.replicas})
 	defer func() { done(err, rep.token) }() // after newLease tracks a resumed lease
 	if err != nil {
 		return nil, redisError("resume", s.name, err)
 	}
 	if !rep.granted {
 		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
+	}
+	if rerr := s.cfg.replicas.confirm("resume", s.name, rep.acked, rep.waitErr); rerr != nil {
+		s.forget(t.ID, rep.token)
+		return nil, rerr
 	}
 	l, lerr := newLease(ctx, s, t.ID, true, rep, sent, s.cfg.ttl)
 	if lerr != nil {

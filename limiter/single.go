@@ -48,13 +48,16 @@ func (s *redisStore) handsOver() bool { return s.fifo }
 const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
-	v, err := acquireScript.Run(ctx, s.rdb, k.keys, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
+	cmd, acked, waitErr := s.eval(ctx, k, r.replicas, acquireScript, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
 		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo), flag(r.handoff),
-		r.quarantine.Milliseconds(), flag(r.exactToken)).Slice()
+		r.quarantine.Milliseconds(), flag(r.exactToken))
+	v, err := cmd.Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
-	return parseAcquire(v)
+	rep, err := parseAcquire(v)
+	rep.acked, rep.waitErr = acked, waitErr
+	return rep, err
 }
 
 func flag(b bool) string {
@@ -107,43 +110,43 @@ func stringsOf(v []any) []string {
 	return out
 }
 
+// refreshCall is one call of the refresh script: a batch or a chunk of
+// one.
+type refreshCall struct {
+	batch int
+	args  []any
+	cmd   *redis.Cmd
+	// acked and waitErr answer the WAIT that followed it, when its batch
+	// asks for replicas.
+	acked   int
+	waitErr error
+}
+
 func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refreshResult {
-	type call struct {
-		batch int
-		cmd   *redis.Cmd
-		args  []any
-	}
-	var calls []call
+	var calls, plain, waited []*refreshCall
 	for i, b := range batches {
 		for _, args := range refreshArgs(b) {
-			calls = append(calls, call{batch: i, args: args})
+			c := &refreshCall{batch: i, args: args}
+			calls = append(calls, c)
+			if b.replicas.on() {
+				waited = append(waited, c)
+			} else {
+				plain = append(plain, c)
+			}
 		}
 	}
-	run := func(c redis.Scripter, i int, fallback bool) {
-		if fallback {
-			calls[i].cmd = refreshScript.Run(ctx, c, batches[calls[i].batch].keys.keys, calls[i].args...)
-		} else {
-			calls[i].cmd = refreshScript.EvalSha(ctx, c, batches[calls[i].batch].keys.keys, calls[i].args...)
-		}
-	}
-	if len(calls) == 1 {
-		run(s.rdb, 0, true)
+	if len(waited) == 0 {
+		s.refreshPlain(ctx, batches, plain)
 	} else {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range calls {
-				run(p, i, false)
-			}
-			return nil
-		})
-		for i := range calls {
-			if isNoScript(calls[i].cmd.Err()) {
-				run(s.rdb, i, true)
-			}
-		}
+		// At once: a WAIT that takes its timeout does not hold up the
+		// refreshes that need none.
+		runAll(func() { s.refreshPlain(ctx, batches, plain) }, func() { s.refreshWaited(ctx, batches, waited) })
 	}
 	out := make([]refreshResult, len(batches))
 	for _, c := range calls {
 		r := &out[c.batch]
+		// The calls of a batch share its node's pipeline, and one WAIT.
+		r.acked, r.waitErr = c.acked, c.waitErr
 		v, err := c.cmd.Slice()
 		if err != nil {
 			r.err = err
@@ -165,6 +168,37 @@ func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refr
 		}
 	}
 	return out
+}
+
+// refreshPlain sends calls as one pipeline by EVALSHA, and those the
+// server lacked the script for again by EVAL (a lone call by Script.Run,
+// which does both).
+func (s *redisStore) refreshPlain(ctx context.Context, batches []refreshBatch, calls []*refreshCall) {
+	run := func(sc redis.Scripter, c *refreshCall, fallback bool) {
+		if fallback {
+			c.cmd = refreshScript.Run(ctx, sc, batches[c.batch].keys.keys, c.args...)
+		} else {
+			c.cmd = refreshScript.EvalSha(ctx, sc, batches[c.batch].keys.keys, c.args...)
+		}
+	}
+	switch len(calls) {
+	case 0:
+		return
+	case 1:
+		run(s.rdb, calls[0], true)
+		return
+	}
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			run(p, c, false)
+		}
+		return nil
+	})
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			run(s.rdb, c, true)
+		}
+	}
 }
 
 // refreshArgs splits a batch into script calls of at most refreshChunk
@@ -209,7 +243,8 @@ func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) 
 }
 
 func (s *redisStore) resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error) {
-	v, err := resumeScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.ttl.Milliseconds(), r.owner, r.proposed).Result()
+	cmd, acked, waitErr := s.eval(ctx, k, r.replicas, resumeScript, r.id, r.token, r.ttl.Milliseconds(), r.owner, r.proposed)
+	v, err := cmd.Result()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -219,7 +254,7 @@ func (s *redisStore) resume(ctx context.Context, k keyspace, r resumeRequest) (a
 	}
 	w, _ := pair[0].(int64)
 	tok, _ := pair[1].(string)
-	return acquireReply{granted: true, token: tok, weight: w}, nil
+	return acquireReply{granted: true, token: tok, weight: w, acked: acked, waitErr: waitErr}, nil
 }
 
 func (s *redisStore) leave(ctx context.Context, k keyspace, wait, own string) ([]string, error) {

@@ -36,6 +36,9 @@ type store interface {
 	evicting(ctx context.Context) (string, error)
 	// names lists the semaphores whose state key matches the pattern.
 	names(ctx context.Context, pattern string) ([]string, error)
+	// canWait reports (an *ArgumentError) whether WaitReplicas w can be
+	// kept here.
+	canWait(w replicaWait) error
 	// handsOver reports whether releases grant queued waiters their leases
 	// (acquireRequest.handoff); a quorum's nodes only wake them.
 	handsOver() bool
@@ -71,6 +74,8 @@ type acquireRequest struct {
 	// exactToken: proposed is the token of a lease a quorum holds, to be
 	// taken as is (quorumStore.regain).
 	exactToken bool
+	// replicas: WAIT for them after the script (WaitReplicas).
+	replicas replicaWait
 }
 
 type acquireReply struct {
@@ -90,12 +95,18 @@ type acquireReply struct {
 	// heldWeight is the weight of the lease the id holds when it differs
 	// from the request's (then nothing was granted).
 	heldWeight int64
+	// acked is how many replicas confirmed the script's writes, when the
+	// request asked for replicas; waitErr is WAIT's own failure.
+	acked   int
+	waitErr error
 }
 
 type refreshBatch struct {
 	keys   keyspace
 	leases []refreshItem
 	waits  []string // queue entries to keep
+	// replicas is the strictest WaitReplicas of its leases.
+	replicas replicaWait
 }
 
 type refreshItem struct {
@@ -116,6 +127,9 @@ type refreshResult struct {
 	held  []bool
 	waits []int64
 	err   error
+	// acked and waitErr answer the batch's replicas, as in acquireReply.
+	acked   int
+	waitErr error
 }
 
 const (
@@ -141,4 +155,5 @@ type releaseReply struct {
 type resumeRequest struct {
 	id, token, owner, proposed string
 	ttl                        time.Duration
+	replicas                   replicaWait
 }

@@ -64,6 +64,24 @@ func TestBadInput(t *testing.T) {
 		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
 		{"drift NaN", "ClockDrift", newSem(limiter.ClockDrift(math.NaN()))},
 		{"negative quarantine", "RestartQuarantine", newSem(limiter.RestartQuarantine(-time.Second))},
+		{"negative replicas", "WaitReplicas", newSem(limiter.WaitReplicas(-1, time.Second))},
+		{"replicas without timeout", "WaitReplicas", newSem(limiter.WaitReplicas(1, 0))},
+		{"replica wait = TTL", "WaitReplicas", newSem(limiter.TTL(time.Second), limiter.WaitReplicas(1, time.Second))},
+		{"replica wait past ReadTimeout", "WaitReplicas", newSem(limiter.WaitReplicas(1, 5*time.Second))},
+		{"replicas on a client", "WaitReplicas", func() error { _, err := limiter.New(rdb, limiter.WaitReplicas(-1, 0)); return err }},
+		{"replicas on Redlock", "WaitReplicas", func() error {
+			_, err := limiter.NewRedlock([]redis.UniversalClient{rdb}, limiter.WaitReplicas(1, time.Second))
+			return err
+		}},
+		{"replicas on a Redlock semaphore", "WaitReplicas", func() error {
+			c, err := limiter.NewRedlock([]redis.UniversalClient{rdb})
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			_, err = c.Semaphore("n", 1, limiter.WaitReplicas(1, time.Second))
+			return err
+		}},
 		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }}, //nolint:staticcheck // on purpose
 		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},      //nolint:staticcheck // on purpose
 		{"nil fn", "fn", func() error { return sem.Do(ctx, nil) }},

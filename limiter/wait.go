@@ -53,8 +53,10 @@ func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time)
 	// lease id is the wait id and the refresher will extend the shorter
 	// life such a grant has (see takeHandoff). A TTL shorter than the
 	// queue entry's would often end before the handoff arrived, since the
-	// waiter's keep-alives are queueTTL/3 apart.
-	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL && c.st.handsOver()
+	// waiter's keep-alives are queueTTL/3 apart. With WaitReplicas the
+	// waiter acquires itself: a grant made by another Client's release
+	// is one it cannot confirm on the replicas.
+	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL && c.st.handsOver() && !s.cfg.replicas.on()
 	queued := false
 	// unsure: an attempt failed without an answer, so it may have queued
 	// the waiter (or Redis may have handed it a lease since).

@@ -41,7 +41,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	}
 	c := &Cluster{servers: make([]*Server, masters)}
 	for i := range c.servers {
-		c.servers[i] = startServer(t, true, []string{
+		c.servers[i] = startServer(t, true, nil, []string{
 			"--cluster-enabled", "yes",
 			"--cluster-node-timeout", clusterNodeTimeout,
 		}, nil)

@@ -27,7 +27,7 @@ func StartMain() (addr string, stop func(), err error) {
 			err = perr
 			break
 		}
-		p, lerr := launch(port, dir, nil, nil)
+		p, lerr := launch(port, dir, nil, nil, nil)
 		if errors.Is(lerr, errAddrInUse) {
 			err = lerr
 			continue

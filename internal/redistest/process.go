@@ -92,10 +92,12 @@ func serverArgs(port int, tlsOnly bool, dir string, extra []string) []string {
 }
 
 // launch starts redis-server on port and waits until it answers PING.
-// With conf the server listens on TLS only and is probed with conf, the
-// client side of its certificates. It returns errAddrInUse (wrapped) when
-// the port was stolen.
-func launch(port int, dir string, extra []string, conf *tls.Config) (*process, error) {
+// head comes first on the command line: redis-server takes a config file
+// (which a sentinel needs) only as its first argument. With conf the
+// server listens on TLS only and is probed with conf, the client side of
+// its certificates. It returns errAddrInUse (wrapped) when the port was
+// stolen.
+func launch(port int, dir string, head, extra []string, conf *tls.Config) (*process, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(InstallHint)
@@ -111,7 +113,8 @@ func launch(port int, dir string, extra []string, conf *tls.Config) (*process, e
 	// Only log output of this attempt matters when diagnosing it.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(bin, serverArgs(port, conf != nil, dir, extra)...)
+	args := append(append([]string(nil), head...), serverArgs(port, conf != nil, dir, extra)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

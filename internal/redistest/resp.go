@@ -31,15 +31,20 @@ func command(addr string, conf *tls.Config, timeout time.Duration, args ...strin
 		return "", err
 	}
 
+	if _, err := io.WriteString(conn, encode(args...)); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+// encode writes a command as a RESP array of bulk strings.
+func encode(args ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
-	}
-	return readReply(bufio.NewReader(conn))
+	return b.String()
 }
 
 // dial connects in plain TCP, or over TLS when conf is set: a TLS-only

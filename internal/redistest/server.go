@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +23,7 @@ const startAttempts = 5
 type Server struct {
 	port  int
 	dir   string
+	head  []string // first on the command line: a config file (see launch)
 	extra []string
 	// tls is set for servers from StartTLSServer, which listen on TLS only.
 	tls *tls.Config
@@ -40,7 +42,7 @@ type Server struct {
 // killed and its directory removed in t.Cleanup.
 func StartServer(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
-	return startServer(t, false, extraArgs, nil)
+	return startServer(t, false, nil, extraArgs, nil)
 }
 
 // StartNodes starts n independent servers, e.g. for multi-instance
@@ -55,12 +57,15 @@ func StartNodes(t testing.TB, n int) []*Server {
 }
 
 // startServer picks a port (and with needBus a free cluster bus port), and
-// retries with a new port when another process wins the race for it. With
-// conf the server is TLS-only and every helper connects with conf.
-func startServer(t testing.TB, needBus bool, extra []string, conf *tls.Config) *Server {
+// retries with a new port when another process wins the race for it. head
+// goes first on the command line (a config file, which redis-server only
+// takes there). With conf the server is TLS-only and every helper
+// connects with conf.
+func startServer(t testing.TB, needBus bool, head, extra []string, conf *tls.Config) *Server {
 	t.Helper()
 	s := &Server{
 		dir:   t.TempDir(), // removed after the kill below (cleanups run LIFO)
+		head:  append([]string(nil), head...),
 		extra: append([]string(nil), extra...),
 		tls:   conf,
 	}
@@ -70,7 +75,7 @@ func startServer(t testing.TB, needBus bool, extra []string, conf *tls.Config) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := launch(port, s.dir, s.extra, s.tls)
+		p, err := launch(port, s.dir, s.head, s.extra, s.tls)
 		if errors.Is(err, errAddrInUse) {
 			lastErr = err
 			continue
@@ -84,7 +89,9 @@ func startServer(t testing.TB, needBus bool, extra []string, conf *tls.Config) *
 				t.Error(err)
 			}
 		})
-		s.resetStats(t)
+		if !slices.Contains(s.head, sentinelFlag) { // a sentinel has no CONFIG
+			s.resetStats(t)
+		}
 		return s
 	}
 	t.Fatalf("redistest: could not bind a free port after %d attempts: %v", startAttempts, lastErr)
@@ -187,7 +194,7 @@ func (s *Server) Restart(t testing.TB) {
 	var err error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		var p *process
-		if p, err = launch(s.port, s.dir, s.extra, s.tls); err == nil {
+		if p, err = launch(s.port, s.dir, s.head, s.extra, s.tls); err == nil {
 			s.proc = p
 			return
 		}

@@ -43,7 +43,7 @@ func StartTLSServer(t testing.TB, extraArgs ...string) (*Server, *tls.Config) {
 		"--tls-ca-cert-file", filepath.Join(certDir, "ca.crt"),
 		"--tls-auth-clients", "no",
 	}
-	s := startServer(t, false, append(extra, extraArgs...), conf)
+	s := startServer(t, false, nil, append(extra, extraArgs...), conf)
 	return s, conf.Clone()
 }
 

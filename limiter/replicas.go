@@ -1,0 +1,199 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replicaWait is what WaitReplicas asks for: WAIT n timeout after each
+// script that grants or extends a lease.
+type replicaWait struct {
+	n       int
+	timeout time.Duration
+}
+
+func (w replicaWait) on() bool { return w.n > 0 }
+
+// stricter is the wait that satisfies both w and o: one WAIT serves every
+// lease of a refresh batch.
+func (w replicaWait) stricter(o replicaWait) replicaWait {
+	return replicaWait{n: max(w.n, o.n), timeout: max(w.timeout, o.timeout)}
+}
+
+// confirm returns nil when w asks nothing or acked replicas (WAIT's
+// answer; waitErr its failure) are enough, else the *ReplicationError.
+func (w replicaWait) confirm(op, name string, acked int, waitErr error) error {
+	if !w.on() || (waitErr == nil && acked >= w.n) {
+		return nil
+	}
+	return &ReplicationError{Name: name, Op: op, Want: w.n, Acked: acked, Timeout: w.timeout, Err: waitErr}
+}
+
+// canWait says whether WAIT can follow this store's scripts on their
+// connection: a node client of go-redis gives that connection, and the
+// read timeout must outlast WAIT.
+func (s *redisStore) canWait(w replicaWait) error {
+	if !w.on() {
+		return nil
+	}
+	var read time.Duration
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		read = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = c.Options().ReadTimeout
+	case *redis.Ring:
+		read = c.Options().ReadTimeout
+	default:
+		return argError("WaitReplicas", w.n, fmt.Sprintf("needs a *redis.Client, *redis.ClusterClient or *redis.Ring (WAIT must follow the script on its connection), not %T", s.rdb))
+	}
+	if read > 0 && w.timeout >= read {
+		return argError("WaitReplicas", w.timeout, "timeout must be below the go-redis ReadTimeout "+read.String()+", which bounds the wait for WAIT's reply")
+	}
+	return nil
+}
+
+// canWait rejects WaitReplicas: a quorum's nodes are independent masters,
+// and a failover of one is what the quorum is for.
+func (q *quorumStore) canWait(w replicaWait) error {
+	if w.on() {
+		return argError("WaitReplicas", w.n, "is not for a Redlock Client: its nodes have no replicas to wait for, and the quorum is what survives losing one")
+	}
+	return nil
+}
+
+// nodeFor returns the client of the node whose master serves key. Its
+// pipelines run on one connection; a ClusterClient's or Ring's would
+// send WAIT, which has no key, wherever its first command goes, and
+// after a MOVED redirect the script alone.
+func (s *redisStore) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Ring:
+		return c.GetShardClientForKey(key)
+	}
+	return nil, fmt.Errorf("WaitReplicas: unsupported client %T", s.rdb)
+}
+
+// replicated sends the script calls of send, then WAIT when w asks for
+// it, in one pipeline on node: WAIT counts the replicas that have
+// everything its own connection wrote, so it must follow the scripts on
+// their connection. Scripts go by EVALSHA, and again by EVAL (send with
+// load) when the node lacked one (a promoted replica starts with an empty
+// script cache; the first WAIT is then spent for nothing); the calls of
+// one pipeline run one script, so they all lack it or none does. It returns WAIT's answer, or its failure; a
+// script's own reply and error are in its command.
+func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w replicaWait, send func(p redis.Pipeliner, load bool)) (acked int, err error) {
+	for load := false; ; load = true {
+		var wait *redis.Cmd
+		cmds, _ := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			send(p, load)
+			if w.on() {
+				// At least 1 ms: WAIT n 0 would block for good.
+				wait = p.Do(ctx, "WAIT", w.n, max(w.timeout.Milliseconds(), 1))
+			}
+			return nil
+		})
+		if !load && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
+			continue
+		}
+		if cc, ok := s.rdb.(*redis.ClusterClient); ok && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isMoved(c.Err()) }) {
+			cc.ReloadState(ctx) // the next call goes to the slot's new master
+		}
+		if wait == nil {
+			return 0, nil
+		}
+		n, err := wait.Int64()
+		return int(n), err
+	}
+}
+
+func isMoved(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
+}
+
+// script queues one call of sc on p: EVALSHA, or EVAL with load.
+func script(ctx context.Context, p redis.Pipeliner, sc *redis.Script, load bool, keys []string, args ...any) *redis.Cmd {
+	if load {
+		return sc.Eval(ctx, p, keys, args...)
+	}
+	return sc.EvalSha(ctx, p, keys, args...)
+}
+
+// eval runs sc once on the node of k: by Script.Run when w asks nothing,
+// else followed by WAIT (see replicated).
+func (s *redisStore) eval(ctx context.Context, k keyspace, w replicaWait, sc *redis.Script, args ...any) (cmd *redis.Cmd, acked int, waitErr error) {
+	if !w.on() {
+		return sc.Run(ctx, s.rdb, k.keys, args...), 0, nil
+	}
+	node, err := s.nodeFor(ctx, k.id())
+	if err != nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd, 0, nil
+	}
+	acked, waitErr = s.replicated(ctx, node, w, func(p redis.Pipeliner, load bool) {
+		cmd = script(ctx, p, sc, load, k.keys, args...)
+	})
+	return cmd, acked, waitErr
+}
+
+// refreshWaited sends the calls whose batches ask for replicas: per node
+// one pipeline that ends in WAIT, for the strictest of its batches, the
+// nodes at once.
+func (s *redisStore) refreshWaited(ctx context.Context, batches []refreshBatch, calls []*refreshCall) {
+	byNode := map[*redis.Client][]*refreshCall{}
+	for _, c := range calls {
+		node, err := s.nodeFor(ctx, batches[c.batch].keys.id())
+		if err != nil {
+			c.cmd = redis.NewCmd(ctx)
+			c.cmd.SetErr(err)
+			continue
+		}
+		byNode[node] = append(byNode[node], c)
+	}
+	var sends []func()
+	for node, cs := range byNode {
+		var w replicaWait
+		for _, c := range cs {
+			w = w.stricter(batches[c.batch].replicas)
+		}
+		sends = append(sends, func() {
+			acked, err := s.replicated(ctx, node, w, func(p redis.Pipeliner, load bool) {
+				for _, c := range cs {
+					c.cmd = script(ctx, p, refreshScript, load, batches[c.batch].keys.keys, c.args...)
+				}
+			})
+			for _, c := range cs {
+				c.acked, c.waitErr = acked, err
+			}
+		})
+	}
+	runAll(sends...)
+}
+
+// runAll runs fns at once (the last on the caller's goroutine) and
+// returns when all did.
+func runAll(fns ...func()) {
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		if i == len(fns)-1 {
+			fn()
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn()
+		}()
+	}
+	wg.Wait()
+}
