@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // AcquireOnce runs the acquire script once for id, queueing as wait (""
@@ -44,4 +46,25 @@ func QueueForHandoff(ctx context.Context, s *Semaphore, id string) (granted bool
 func Leave(ctx context.Context, s *Semaphore, wait string) error {
 	_, err := s.c.st.leave(ctx, s.keys, wait, s.c.channel)
 	return err
+}
+
+// ScriptCall returns the ARGV of a go-redis command when it runs the
+// named script ("acquire" or "release") by EVALSHA or EVAL: test hooks
+// recognise calls by the script, not by how many arguments it has today.
+func ScriptCall(name string, args []any) (argv []any, ok bool) {
+	sc := map[string]*redis.Script{"acquire": acquireScript, "release": releaseScript}[name]
+	if sc == nil || len(args) < 3 {
+		return nil, false
+	}
+	switch args[0] {
+	case "evalsha":
+		ok = args[1] == sc.Hash()
+	case "eval":
+		ok = args[1] == commonLua+map[string]string{"acquire": acquireLua, "release": releaseLua}[name]
+	}
+	keys, _ := args[2].(int)
+	if !ok || len(args) < 3+keys {
+		return nil, false
+	}
+	return args[3+keys:], true
 }

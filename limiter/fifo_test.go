@@ -261,9 +261,8 @@ func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		// acquire.lua: 3 keys and 12 arguments; ARGV[8] is the wait id.
-		if len(args) == 18 && args[13] != "" && h.armed.CompareAndSwap(true, false) {
+		// ARGV[8] is the wait id.
+		if argv, ok := limiter.ScriptCall("acquire", cmd.Args()); ok && argv[7] != "" && h.armed.CompareAndSwap(true, false) {
 			_ = next(ctx, cmd)
 			cmd.SetErr(errors.New("reply lost"))
 			return cmd.Err()
@@ -290,8 +289,8 @@ func TestFailedAttemptLeavesTheQueue(t *testing.T) {
 	flaky.AddHook(hook)
 	waiter, _ := newMutex(t, flaky, "lost-queued")
 	hook.armed.Store(true)
-	if _, err := waiter.Acquire(ctx); err == nil {
-		t.Fatal("Acquire with its reply lost: no error")
+	if _, err := waiter.Acquire(ctx); err == nil || hook.armed.Load() {
+		t.Fatalf("Acquire with its reply lost: %v (the reply was lost: %v)", err, !hook.armed.Load())
 	}
 	redistest.Eventually(t, time.Second, "the entry left the queue", func() bool {
 		return rdb.ZCard(ctx, queueKey("lost-queued")).Val() == 0

@@ -181,6 +181,11 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	}()
 	errs := make([]error, n)
 	var granted, busy, failed []int
+	// wonToken is the lease's token once the attempt won; late answers
+	// read it after decided closes, when this call returns.
+	var wonToken string
+	decided := make(chan struct{})
+	defer close(decided)
 	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) (acquireReply, error) {
 		return node.acquire(ctx, k, r)
 	}, func(a nodeAnswer[acquireReply]) bool {
@@ -200,9 +205,20 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		// every node is heard so the error names them.
 		return len(busy) > n-quorum
 	}, func(a nodeAnswer[acquireReply]) {
-		// A grant after an early "full" is given back, by its own token
-		// so that no later attempt with the same id is touched.
-		if a.err == nil && a.v.granted && !r.idGiven {
+		if a.err != nil || !a.v.granted {
+			return
+		}
+		<-decided
+		switch {
+		case wonToken != "":
+			// A grant after ctx ended, of an attempt that won: part of
+			// the lease, with its token.
+			if a.v.token != wonToken {
+				q.setToken(k, r.id, wonToken, []int{a.i})
+			}
+		case !r.idGiven:
+			// A grant after the attempt failed is given back, by its own
+			// token so that no later attempt with the same id is touched.
 			q.releaseOn(k, r.id, map[int]string{a.i: a.v.token})
 		}
 	})
@@ -216,6 +232,7 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		token, differ := quorumToken(replies, granted)
 		tok := strconv.FormatInt(token, 10)
 		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= quorum {
+			wonToken = tok
 			q.raiseToken(token)
 			if r.wait != "" && len(busy) > 0 {
 				// The nodes that were full queued the waiter; a queue entry

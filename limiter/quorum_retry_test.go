@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,24 +27,21 @@ func (h *flakyNode) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 func (h *flakyNode) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := strings.ToLower(cmd.Name())
 		args := cmd.Args()
-		if name == "evalsha" || name == "eval" {
-			if len(args) == 18 && h.failAcquires.Add(-1) >= 0 { // acquire.lua
-				cmd.SetErr(errors.New("injected node failure"))
-				return cmd.Err()
-			}
-			if len(args) == 11 && args[7] == "" { // release.lua, any token
-				// Sent, but it reaches the node late; the caller hears
-				// nothing (its node timeout).
-				go func() {
-					time.Sleep(h.delay)
-					h.direct.Do(context.Background(), args...)
-				}()
-				<-ctx.Done()
-				cmd.SetErr(ctx.Err())
-				return cmd.Err()
-			}
+		if _, ok := limiter.ScriptCall("acquire", args); ok && h.failAcquires.Add(-1) >= 0 {
+			cmd.SetErr(errors.New("injected node failure"))
+			return cmd.Err()
+		}
+		if argv, ok := limiter.ScriptCall("release", args); ok && argv[1] == "" { // any token
+			// Sent, but it reaches the node late; the caller hears
+			// nothing (its node timeout).
+			go func() {
+				time.Sleep(h.delay)
+				h.direct.Do(context.Background(), args...)
+			}()
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return cmd.Err()
 		}
 		return next(ctx, cmd)
 	}
@@ -82,6 +78,11 @@ func TestRedlockRetryTakesANewID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	for i, h := range hooks {
+		if h != nil && h.failAcquires.Load() > 0 {
+			t.Fatalf("node %d: no failure injected (failures left %d)", i, h.failAcquires.Load())
+		}
+	}
 	time.Sleep(2 * time.Second) // the delayed releases land
 	plain := startQuorumClients(t, q)
 	other, err := newRedlockMutex(t, plain, "retry-id", limiter.TTL(10*time.Second))
