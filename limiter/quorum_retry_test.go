@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,48 @@ func startQuorumClients(t *testing.T, q quorum) []redis.UniversalClient {
 		out = append(out, s.Client(t))
 	}
 	return out
+}
+
+// slowReply lets a node run each acquire but answer late.
+type slowReply struct{ delay time.Duration }
+
+func (h slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if _, ok := limiter.ScriptCall("acquire", cmd.Args()); ok {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+// A node whose grant answers after the caller's ctx ended, of an attempt
+// that a quorum won, keeps its part of the lease (with the lease's
+// token): giving it back left the lease on a bare quorum, one node
+// failure from being lost.
+func TestRedlockLateGrantOfAWinningAttemptIsKept(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	q.nodes[2].AddHook(slowReply{delay: 300 * time.Millisecond})
+	mu, err := newRedlockMutex(t, q.nodes, "late", limiter.TTL(10*time.Second), limiter.NodeTimeout(time.Second), limiter.Prefix("late:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	l, err := mu.Acquire(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	time.Sleep(time.Second) // the late answer is handled; no refresh yet
+	for i := range q.nodes {
+		if ids := leaseIDs(t, q, i, "late:"); !slices.Equal(ids, []string{l.ID()}) {
+			t.Errorf("node %d holds %v, want the lease %s", i, ids, l.ID())
+		}
+	}
 }
