@@ -23,7 +23,6 @@ bench: redis
 
 # The torture suite (internal/torture) at full size: 6 processes x 8
 # goroutines per scenario, each fault three times, one scenario at a time,
-# and the table of every scenario (-v). `make test` runs it small. The
-# scenarios on APIs still being built: GOFLAGS=-tags=tortureapi make torture.
+# and the table of every scenario (-v). `make test` runs it small.
 torture: redis
 	$(GO) test -race -count=1 -timeout 30m -parallel 1 -v -run 'TestTorture|TestChecker|TestBroken' ./internal/torture/ -torture.long

@@ -32,7 +32,8 @@ const (
 // TestMain runs the test binary as one of the child processes (see
 // start) when redistest.ChildEnv names it; otherwise it runs the tests.
 func TestMain(m *testing.M) {
-	redistest.Main(m, map[string]func() int{"scheduler": child(schedulerProcess), "worker": child(workerProcess)})
+	redistest.Children(map[string]func() int{"scheduler": child(schedulerProcess), "worker": child(workerProcess)})
+	os.Exit(m.Run())
 }
 
 // child is the main of a child process: fn with the Redis address and

@@ -94,7 +94,7 @@ func (s *redisStore) nodeFor(ctx context.Context, key string) (*redis.Client, er
 func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w replicaWait, send func(p redis.Pipeliner, load bool)) (acked int, err error) {
 	for load := false; ; load = true {
 		var wait *redis.Cmd
-		cmds, _ := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			send(p, load)
 			if w.on() {
 				// At least 1 ms: WAIT n 0 would block for good.
@@ -102,6 +102,13 @@ func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w repli
 			}
 			return nil
 		})
+		if err != nil && !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+			// go-redis reports a failed dial only here, leaving the
+			// commands without a reply or an error.
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+		}
 		if !load && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
 			continue
 		}

@@ -55,14 +55,7 @@ const ChildEnv = "REDSEM_CHILD"
 // Otherwise it starts a redis-server, exports its address as REDIS_ADDR,
 // runs the tests, stops the server and exits with the tests' code.
 func Main(m *testing.M, children map[string]func() int) {
-	if role := os.Getenv(ChildEnv); role != "" {
-		child, ok := children[role]
-		if !ok {
-			fmt.Fprintf(os.Stderr, "redistest: no child %q\n", role)
-			os.Exit(2)
-		}
-		os.Exit(child())
-	}
+	Children(children)
 	addr, stop, err := StartMain()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -91,4 +84,20 @@ func examplesWillRun() bool {
 	pattern := f.Value.String()
 	re, err := regexp.Compile(pattern)
 	return strings.Contains(pattern, "Example") || (err == nil && re.MatchString("Example"))
+}
+
+// Children is the part of a TestMain that turns the test binary into one
+// of its package's child processes: when ChildEnv names one of children,
+// it runs that child and exits with its code; otherwise it returns.
+func Children(children map[string]func() int) {
+	role := os.Getenv(ChildEnv)
+	if role == "" {
+		return
+	}
+	child, ok := children[role]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "redistest: no child %q\n", role)
+		os.Exit(2)
+	}
+	os.Exit(child())
 }

@@ -5,12 +5,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/internal/redistest"
-	"github.com/redsem/redsem/limiter"
 )
-
-func init() {
-	clientOptions["no-refresh"] = func() limiter.Option { return limiter.RefreshInterval(0) }
-}
 
 // The whole chain must be able to fail: a worker that ignores loss
 // notices, on leases that end at their TTL (auto-refresh off), goes on

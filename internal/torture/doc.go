@@ -5,10 +5,9 @@
 // semaphore, with random weights, TTLs and holds (one goroutine per
 // process holds for up to two TTLs, the others mostly for milliseconds),
 // while a fault is injected: Redis paused shorter and longer than the
-// TTL, a process killed -9, Redis out of memory, Redlock nodes stopped
-// and paused; with the tag tortureapi also Redis restarted empty,
-// connections black-holed then reset, a Sentinel failover and a Redlock
-// node restarted empty.
+// TTL, a process killed -9, Redis out of memory, Redis restarted empty,
+// connections black-holed then reset, a Sentinel failover, and Redlock
+// nodes stopped, paused and restarted empty.
 //
 // Every goroutine writes what happens to it to an observer, a second
 // redis-server that the limiter never talks to: the start of each

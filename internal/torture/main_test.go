@@ -13,13 +13,10 @@ import (
 // The scenarios re-run this test binary as worker processes (runChild).
 // The server started here (REDIS_ADDR) is the observer: the limiter under
 // test never talks to it. This is redistest.Main without its wait for a
-// server old enough for Examples (12s whenever -test.run is empty): this
-// package has none, and its scenarios give each name its first token
-// instead (run.firstToken).
+// server old enough for Examples: this package has none, and its
+// scenarios give each name its first token instead (run.firstToken).
 func TestMain(m *testing.M) {
-	if os.Getenv(redistest.ChildEnv) == workerRole {
-		os.Exit(runChild())
-	}
+	redistest.Children(map[string]func() int{workerRole: runChild})
 	addr, stop, err := redistest.StartMain()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

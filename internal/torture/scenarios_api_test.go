@@ -1,32 +1,16 @@
-//go:build tortureapi
-
 package torture
 
-// Scenarios on APIs built alongside this suite: the restart quarantine
-// (limiter.RestartQuarantine), the fault proxy (redistest.StartProxy) and
-// Sentinel (redistest.StartFailover, limiter.WaitReplicas). They run with
-// -tags tortureapi; drop the tag to make them part of make test and make
-// torture.
+// Scenarios on a restart, the network and a failover: the restart
+// quarantine (limiter.RestartQuarantine), the fault proxy
+// (redistest.StartProxy) and Sentinel (redistest.StartFailover,
+// limiter.WaitReplicas).
 
 import (
 	"testing"
 	"time"
 
 	"github.com/redsem/redsem/internal/redistest"
-	"github.com/redsem/redsem/limiter"
 )
-
-func init() {
-	clientOptions["no-quarantine"] = func() limiter.Option { return limiter.RestartQuarantine(0) }
-	clientOptions["wait-replicas"] = func() limiter.Option { return limiter.WaitReplicas(1, time.Second) }
-	scenarios = append(scenarios,
-		scenario{"restart-empty", restartEmpty},
-		scenario{"restart-unguarded", restartUnguarded},
-		scenario{"blackhole", blackhole},
-		scenario{"failover", failover},
-		scenario{"redlock-restart", redlockRestart},
-	)
-}
 
 // Redis restarted empty (no persistence) under its holders. With the
 // quarantine (on by default) it grants nothing until its holders have

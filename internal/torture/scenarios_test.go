@@ -26,8 +26,7 @@ type scenario struct {
 	run  func(t *testing.T, sz size)
 }
 
-// scenarios are run in this order; the scenarios of the tortureapi build
-// add theirs.
+// scenarios are run in this order.
 var scenarios = []scenario{
 	{"baseline", baseline},
 	{"pause-short", pauseShort},
@@ -38,6 +37,11 @@ var scenarios = []scenario{
 	{"eviction-unguarded", evictionUnguarded},
 	{"redlock-stop", redlockStop},
 	{"redlock-pause", redlockPause},
+	{"restart-empty", restartEmpty},
+	{"restart-unguarded", restartUnguarded},
+	{"blackhole", blackhole},
+	{"failover", failover},
+	{"redlock-restart", redlockRestart},
 }
 
 func TestTorture(t *testing.T) {

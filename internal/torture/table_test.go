@@ -51,7 +51,7 @@ func (r row) String() string {
 		errs = append(errs, k+" "+strconv.Itoa(n))
 	}
 	slices.Sort(errs)
-	s := fmt.Sprintf("%-22s %dx%-3d acquisitions %5d  violations %d (worst +%d)  token errors %d  told of loss %3d  killed %d  attempts/wait %.2f (max %.0f, %d waits)  %v",
+	s := fmt.Sprintf("%-22s %dx%-3d acquisitions %5d  violations %d (worst +%d)  token errors %d  told of loss %3d  killed %d  acquire scripts/wait %.2f (max %.0f, %d waits)  %v",
 		r.scenario, r.procs, r.goroutines, r.v.acquisitions, r.v.violations, r.v.worst, r.v.backward+r.v.duplicate,
 		r.v.lost, r.v.killed, r.perWait, r.maxWait, r.waits, r.took.Round(100*time.Millisecond))
 	if len(errs) > 0 {
