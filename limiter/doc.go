@@ -68,8 +68,12 @@
 // permits. The Client checks the policy (INFO memory, every node) before
 // its first acquisition and logs an error, or, with FailOnEviction,
 // refuses to grant. Use maxmemory-policy noeviction. A Redis restarted
-// without persistence also forgets every lease: holders learn of it at
-// their next refresh, while others may already be granted meanwhile.
+// without persistence forgets every lease: holders learn of it at their
+// next refresh, and the restart quarantine (RestartQuarantine) keeps the
+// names it forgot from being granted until their leases have run out. A
+// restart that brings back old state (an RDB snapshot, or AOF with
+// appendfsync everysec after a crash) forgets only the latest grants,
+// which the quarantine does not see: use appendfsync always, or a quorum.
 //
 // go-redis applies a context's deadline to the socket only with
 // ContextTimeoutEnabled; without it a call to an unresponsive Redis waits

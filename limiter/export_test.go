@@ -49,10 +49,10 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 }
 
 // ScriptCall returns the ARGV of a go-redis command when it runs the
-// named script ("acquire" or "release") by EVALSHA or EVAL: test hooks
+// named script ("acquire", "release" or "settoken") by EVALSHA or EVAL: test hooks
 // recognise calls by the script, not by how many arguments it has today.
 func ScriptCall(name string, args []any) (argv []any, ok bool) {
-	sc := map[string]*redis.Script{"acquire": acquireScript, "release": releaseScript}[name]
+	sc := map[string]*redis.Script{"acquire": acquireScript, "release": releaseScript, "settoken": setTokenScript}[name]
 	if sc == nil || len(args) < 3 {
 		return nil, false
 	}
@@ -60,7 +60,7 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 	case "evalsha":
 		ok = args[1] == sc.Hash()
 	case "eval":
-		ok = args[1] == commonLua+map[string]string{"acquire": acquireLua, "release": releaseLua}[name]
+		ok = args[1] == commonLua+map[string]string{"acquire": acquireLua, "release": releaseLua, "settoken": setTokenLua}[name]
 	}
 	keys, _ := args[2].(int)
 	if !ok || len(args) < 3+keys {

@@ -130,9 +130,9 @@ func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } 
 
 // RestartQuarantine sets how long a Redis server, after it started, grants
 // nothing on a name it holds no state for (default: the TTL; 0 turns the
-// quarantine off). A server restarted empty (no persistence, or a crash
-// before its last write reached disk) forgot leases whose holders still
-// believe they hold them until their TTL runs out; granting their permits
+// quarantine off). A server restarted empty (no persistence) forgot
+// leases whose holders still believe they hold them until their TTL runs
+// out; granting their permits
 // again meanwhile would put more holders than the limit at work. So a
 // server younger than the quarantine refuses grants on a name that has no
 // fencing token yet: an acquisition there waits (or TryAcquire gets a
@@ -141,10 +141,15 @@ func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } 
 // are unaffected, and the check costs one INFO only on a name's first
 // grant.
 //
+// A restart that brings back old state (an RDB snapshot, or AOF with
+// appendfsync everysec after a crash) forgets only the latest grants of
+// names that still have state: the quarantine does not see those. Use
+// appendfsync always where that matters. If the server refuses INFO (an
+// ACL), the quarantine is off.
+//
 // Set it to the longest TTL any process uses on the same names when TTLs
-// differ. Turn it off only when a restart cannot lose a grant: AOF with
-// appendfsync always, or servers that are never restarted while leases
-// are held; a fresh test server, say.
+// differ. Turn it off only when a restart cannot lose a grant
+// (appendfsync always), or for a test server that nobody held leases on.
 func RestartQuarantine(d time.Duration) Option {
 	return func(c *config) { c.quarantine, c.quarantineSet = d, true }
 }

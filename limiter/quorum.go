@@ -33,8 +33,11 @@ import (
 // f failed nodes only when N >= f·(limit+1)+1: 3 nodes for a mutex with
 // f=1, 4 nodes for limit 2, 5 for limit 3.
 //
-// A node that restarts empty must stay out for at least the longest TTL
-// (or keep its data), else a lease held by a bare quorum can lose it.
+// A node that restarts empty grants nothing on the names it forgot for
+// its RestartQuarantine (default the TTL), and a lease's refresh grants
+// the lease again on a node that lost it (once a quorum confirmed it),
+// so a rolling restart of the nodes keeps held leases. Set the quarantine
+// to the longest TTL in use when TTLs differ.
 func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	addrs, err := checkNodes(nodes)
 	if err != nil {
@@ -92,6 +95,9 @@ type quorumStore struct {
 	cfg         *config
 	spawn       func(func())
 	lastToken   atomic.Int64 // highest token seen, so proposals only grow
+	// regaining holds the leases (keyspace id, lease id) with a regain
+	// in flight: one at a time each.
+	regaining sync.Map
 	// now is the clock proposals come from (a test shifts it); the nodes
 	// accept a proposal only near their own clocks (next_token).
 	now func() time.Time
@@ -181,11 +187,6 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	}()
 	errs := make([]error, n)
 	var granted, busy, failed []int
-	// wonToken is the lease's token once the attempt won; late answers
-	// read it after decided closes, when this call returns.
-	var wonToken string
-	decided := make(chan struct{})
-	defer close(decided)
 	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisStore) (acquireReply, error) {
 		return node.acquire(ctx, k, r)
 	}, func(a nodeAnswer[acquireReply]) bool {
@@ -205,20 +206,11 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		// every node is heard so the error names them.
 		return len(busy) > n-quorum
 	}, func(a nodeAnswer[acquireReply]) {
-		if a.err != nil || !a.v.granted {
-			return
-		}
-		<-decided
-		switch {
-		case wonToken != "":
-			// A grant after ctx ended, of an attempt that won: part of
-			// the lease, with its token.
-			if a.v.token != wonToken {
-				q.setToken(k, r.id, wonToken, []int{a.i})
-			}
-		case !r.idGiven:
-			// A grant after the attempt failed is given back, by its own
-			// token so that no later attempt with the same id is touched.
+		// A grant after the outcome is given back, by its own token so
+		// that no later attempt with the same id is touched. (Kept for an
+		// attempt that won, it would outlive a release that came first;
+		// the lease's next refresh grants it there again: regain.)
+		if a.err == nil && a.v.granted && !r.idGiven {
 			q.releaseOn(k, r.id, map[int]string{a.i: a.v.token})
 		}
 	})
@@ -232,7 +224,6 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		token, differ := quorumToken(replies, granted)
 		tok := strconv.FormatInt(token, 10)
 		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= quorum {
-			wonToken = tok
 			q.raiseToken(token)
 			if r.wait != "" && len(busy) > 0 {
 				// The nodes that were full queued the waiter; a queue entry
@@ -292,9 +283,9 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 }
 
 // quorumToken picks the lease's token: that of a lease the id already held
-// (its holder knows that token), else the highest granted. differ lists
-// the granting nodes that hold another token.
-func quorumToken(replies []acquireReply, granted []int) (token int64, differ []int) {
+// (its holder knows that token), else the highest granted. differ maps
+// the granting nodes that hold another token to theirs.
+func quorumToken(replies []acquireReply, granted []int) (token int64, differ map[int]string) {
 	existing := false
 	for _, i := range granted {
 		t, _ := strconv.ParseInt(replies[i].token, 10, 64)
@@ -305,29 +296,45 @@ func quorumToken(replies []acquireReply, granted []int) (token int64, differ []i
 			token = t
 		}
 	}
+	differ = map[int]string{}
 	for _, i := range granted {
 		if replies[i].token != strconv.FormatInt(token, 10) {
-			differ = append(differ, i)
+			differ[i] = replies[i].token
 		}
 	}
 	return token, differ
 }
 
-// setToken gives the lease on the given nodes the quorum's token (the
-// write-back) and reports on how many it did.
-func (q *quorumStore) setToken(k keyspace, id, token string, nodes []int) int {
-	if len(nodes) == 0 {
+// setToken gives the lease on the nodes of own (node -> the token that
+// node granted) the quorum's token (the write-back), and reports on how
+// many it did. A node whose write-back failed gives its grant back, by
+// its own token, in the background: left there, it was a permit nobody
+// refreshes until the TTL (and if the write-back did land, its reply
+// lost, the token no longer matches and nothing is removed). The lease's
+// next refresh grants it there again (regain).
+func (q *quorumStore) setToken(k keyspace, id, token string, own map[int]string) int {
+	if len(own) == 0 {
 		return 0
 	}
+	nodes := make([]int, 0, len(own))
+	for i := range own {
+		nodes = append(nodes, i)
+	}
 	ok := 0
+	orphans := map[int]string{}
 	gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
 		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
 	}, func(a nodeAnswer[int64]) bool {
 		if a.err == nil && a.v == 1 {
 			ok++
+		} else {
+			orphans[a.i] = own[a.i]
 		}
 		return false
 	}, nil)
+	if len(orphans) > 0 {
+		q.spawn(func() { q.releaseOn(k, id, orphans) })
+	}
 	return ok
 }
 
@@ -423,7 +430,7 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 			case t.held[j] >= quorum:
 				out[b].held = append(out[b].held, true)
 				if len(t.goneOn[j]) > 0 {
-					q.regain(ctx, batch.keys, batch.leases[j], t.goneOn[j])
+					q.regain(batch.keys, batch.leases[j], t.goneOn[j])
 				}
 			case len(t.goneOn[j]) > n-quorum:
 				out[b].held = append(out[b].held, false) // a quorum can no longer hold it
@@ -439,44 +446,43 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 }
 
 // regain grants a lease that a quorum still holds again on the nodes that
-// lost it (one restarted empty, or one that missed a grant), as a fresh
-// acquisition there: within the node's limit and restart quarantine, and
-// given the lease's token. Without it each node failure used up the
-// lease's fault tolerance for the rest of its life, and a rolling restart
-// of the nodes lost every long-held lease. Only a lease a quorum confirmed
-// is regained: one a quorum lost (released, handed on, expired) is over.
-// A node that refuses, fails or answers too late is tried again at the
-// next refresh.
+// lost it (one restarted empty, or one whose write-back failed), as a
+// fresh acquisition there: within the node's limit and restart
+// quarantine, and under the lease's own token. Without it each node
+// failure used up the lease's fault tolerance for the rest of its life,
+// and a rolling restart of the nodes lost every long-held lease. Only a
+// lease a quorum confirmed is regained: one a quorum lost (released,
+// handed on, expired) is over. A node that refuses (full, in quarantine,
+// or holding the id under another token: a newer lease of the same id,
+// never to be touched) or fails is tried again at a later refresh.
 //
-// A node that still has the lease under another token (its write-back
-// failed) gives it back as its own (reclaim) and gets the token. A holder
-// may release the lease, or hand it on, while this runs: both mark the
-// lease before they touch Redis, so a grant that landed after their
-// script on a node is seen here, and given back.
-func (q *quorumStore) regain(ctx context.Context, k keyspace, it refreshItem, nodes []int) {
-	r := acquireRequest{limit: k.limit, weight: it.weight, ttl: it.ttl, id: it.id, idGiven: true,
-		proposed: it.token, exactToken: true, reclaimAbove: "0", owner: it.owner, quarantine: it.quarantine}
-	var regained, differ []int
-	gather(ctx, q, nodes, func(ctx context.Context, _ int, n *redisStore) (acquireReply, error) {
-		return n.acquire(ctx, k, r)
-	}, func(a nodeAnswer[acquireReply]) bool {
-		switch {
-		case a.err != nil || !a.v.granted:
-		case a.v.token != it.token:
-			differ = append(differ, a.i)
-		default:
-			regained = append(regained, a.i)
-		}
-		return false
-	}, nil)
-	q.setToken(k, it.id, it.token, differ)
-	if it.givenUp() {
-		back := map[int]string{}
-		for _, i := range append(regained, differ...) {
-			back[i] = it.token
-		}
-		q.releaseOn(k, it.id, back)
+// It runs in the background, one at a time per lease, so that a slow node
+// holds up neither the refresh nor the other leases. The holder may
+// release the lease, or hand it on, meanwhile: both mark the lease before
+// they touch Redis, so a grant that landed after their script on a node
+// is seen here, and given back by its token.
+func (q *quorumStore) regain(k keyspace, it refreshItem, nodes []int) {
+	key := k.id() + " " + it.id
+	if _, busy := q.regaining.LoadOrStore(key, struct{}{}); busy {
+		return
 	}
+	q.spawn(func() {
+		defer q.regaining.Delete(key)
+		r := acquireRequest{limit: k.limit, weight: it.weight, ttl: it.ttl, id: it.id, idGiven: true,
+			proposed: it.token, exactToken: true, owner: it.owner, quarantine: it.quarantine}
+		regained := map[int]string{}
+		gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (acquireReply, error) {
+			return n.acquire(ctx, k, r)
+		}, func(a nodeAnswer[acquireReply]) bool {
+			if a.err == nil && a.v.granted && !a.v.existed {
+				regained[a.i] = it.token
+			}
+			return false
+		}, nil)
+		if it.givenUp() {
+			q.releaseOn(k, it.id, regained)
+		}
+	})
 }
 
 // release returns once a quorum answered; the other nodes finish (or let

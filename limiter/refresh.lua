@@ -12,7 +12,7 @@ local base = 3 * n + 2
 local now_ms = clock_ms()
 local out = {}
 -- One read of the state: keyexp, total, limit, then each lease's record,
--- then each waiter's.
+-- then each waiter's, then the token.
 local fields = {'keyexp', 'total', 'limit'}
 local ids = {}
 for i = 1, n do
@@ -20,7 +20,12 @@ for i = 1, n do
   fields[3 + i] = ':' .. ids[i]
 end
 for i = base + 1, #ARGV do fields[#fields + 1] = '?' .. ARGV[i] end
+fields[#fields + 1] = 'token'
 local st = redis.call('HMGET', KEYS[2], unpack(fields))
+-- No token: nothing was ever granted here, which a waiter's try cannot
+-- change before a restart quarantine ends (acquire.lua); only the head
+-- is told to try, the rest follow its grant.
+local granted_before = st[#fields] ~= false
 local keyexp = tonumber(st[1]) or 0
 local newest = 0
 local maxttl = 0
@@ -69,7 +74,10 @@ if #ARGV >= base + 1 then
         if free >= w or w > limit then
           if not fits then
             fits = {}
-            for _, f in ipairs(fitting(now_ms, free, limit)) do fits[f[1]] = true end
+            for _, f in ipairs(fitting(now_ms, free, limit)) do
+              fits[f[1]] = true
+              if not granted_before then break end
+            end
           end
           if fits[ARGV[i]] then r = 2 end
         end
