@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -207,10 +208,11 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		return len(busy) > n-quorum
 	}, func(a nodeAnswer[acquireReply]) {
 		// A grant after the outcome is given back, by its own token so
-		// that no later attempt with the same id is touched. (Kept for an
+		// that no later attempt with the same id is touched (a lease the
+		// id already held stays with its holder). (Kept for an
 		// attempt that won, it would outlive a release that came first;
 		// the lease's next refresh grants it there again: regain.)
-		if a.err == nil && a.v.granted && !r.idGiven {
+		if a.err == nil && a.v.granted && !a.v.existed {
 			q.releaseOn(k, r.id, map[int]string{a.i: a.v.token})
 		}
 	})
@@ -220,10 +222,17 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 		}
 	}
 	validity := r.ttl - time.Since(start) - q.cfg.drift(r.ttl)
+	// The nodes that took the quorum's token hold the attempt's lease
+	// under it: a rollback must name that one.
+	retokened := map[int]string{}
 	if len(granted) >= quorum && validity > 0 {
 		token, differ := quorumToken(replies, granted)
 		tok := strconv.FormatInt(token, 10)
-		if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) >= quorum {
+		written := q.setToken(k, r.id, tok, differ)
+		for _, i := range written {
+			retokened[i] = tok
+		}
+		if len(granted)-len(differ)+len(written) >= quorum {
 			q.raiseToken(token)
 			if r.wait != "" && len(busy) > 0 {
 				// The nodes that were full queued the waiter; a queue entry
@@ -247,7 +256,7 @@ func (q *quorumStore) acquire(ctx context.Context, k keyspace, r acquireRequest)
 	undo := map[int]string{}
 	for _, i := range granted {
 		if !replies[i].existed {
-			undo[i] = replies[i].token
+			undo[i] = cmp.Or(retokened[i], replies[i].token)
 		}
 	}
 	if !r.idGiven {
@@ -306,27 +315,26 @@ func quorumToken(replies []acquireReply, granted []int) (token int64, differ map
 }
 
 // setToken gives the lease on the nodes of own (node -> the token that
-// node granted) the quorum's token (the write-back), and reports on how
-// many it did. A node whose write-back failed gives its grant back, by
+// node granted) the quorum's token (the write-back), and returns the nodes
+// that took it. A node whose write-back failed gives its grant back, by
 // its own token, in the background: left there, it was a permit nobody
 // refreshes until the TTL (and if the write-back did land, its reply
 // lost, the token no longer matches and nothing is removed). The lease's
 // next refresh grants it there again (regain).
-func (q *quorumStore) setToken(k keyspace, id, token string, own map[int]string) int {
+func (q *quorumStore) setToken(k keyspace, id, token string, own map[int]string) (written []int) {
 	if len(own) == 0 {
-		return 0
+		return nil
 	}
 	nodes := make([]int, 0, len(own))
 	for i := range own {
 		nodes = append(nodes, i)
 	}
-	ok := 0
 	orphans := map[int]string{}
 	gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
 		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
 	}, func(a nodeAnswer[int64]) bool {
 		if a.err == nil && a.v == 1 {
-			ok++
+			written = append(written, a.i)
 		} else {
 			orphans[a.i] = own[a.i]
 		}
@@ -335,7 +343,7 @@ func (q *quorumStore) setToken(k keyspace, id, token string, own map[int]string)
 	if len(orphans) > 0 {
 		q.spawn(func() { q.releaseOn(k, id, orphans) })
 	}
-	return ok
+	return written
 }
 
 func (q *quorumStore) raiseToken(t int64) {
@@ -375,7 +383,7 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 	n := len(q.nodes)
 	out := make([]refreshResult, len(batches))
 	type tally struct {
-		held   []int
+		heldOn [][]int // per lease, the nodes that kept it
 		goneOn [][]int // per lease, the nodes that answered it is not there
 		errs   [][]error
 		waits  []int64
@@ -383,7 +391,7 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 	tallies := make([]tally, len(batches))
 	for b, batch := range batches {
 		t := &tallies[b]
-		t.held, t.goneOn = make([]int, len(batch.leases)), make([][]int, len(batch.leases))
+		t.heldOn, t.goneOn = make([][]int, len(batch.leases)), make([][]int, len(batch.leases))
 		t.errs = make([][]error, len(batch.leases))
 		for j := range t.errs {
 			t.errs[j] = make([]error, n)
@@ -407,7 +415,7 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 				case res.err != nil:
 					t.errs[j][a.i] = res.err
 				case j < len(res.held) && res.held[j]:
-					t.held[j]++
+					t.heldOn[j] = append(t.heldOn[j], a.i)
 				default:
 					t.goneOn[j] = append(t.goneOn[j], a.i)
 				}
@@ -427,15 +435,25 @@ func (q *quorumStore) refresh(ctx context.Context, batches []refreshBatch) []ref
 		out[b].waits = t.waits
 		for j := range batch.leases {
 			switch {
-			case t.held[j] >= quorum:
+			case len(t.heldOn[j]) >= quorum:
 				out[b].held = append(out[b].held, true)
 				if len(t.goneOn[j]) > 0 {
 					q.regain(batch.keys, batch.leases[j], t.goneOn[j])
 				}
 			case len(t.goneOn[j]) > n-quorum:
 				out[b].held = append(out[b].held, false) // a quorum can no longer hold it
+				// The nodes that just extended it (a regain's, say) would
+				// keep it for nobody until the TTL.
+				if len(t.heldOn[j]) > 0 {
+					it := batch.leases[j]
+					keep := map[int]string{}
+					for _, i := range t.heldOn[j] {
+						keep[i] = it.token
+					}
+					q.spawn(func() { q.releaseOn(batch.keys, it.id, keep) })
+				}
 			default:
-				out[b].err = q.quorumError(quorum, "refresh", t.held[j], nil, t.errs[j])
+				out[b].err = q.quorumError(quorum, "refresh", len(t.heldOn[j]), nil, t.errs[j])
 			}
 		}
 		if out[b].err != nil {
@@ -470,17 +488,19 @@ func (q *quorumStore) regain(k keyspace, it refreshItem, nodes []int) {
 		defer q.regaining.Delete(key)
 		r := acquireRequest{limit: k.limit, weight: it.weight, ttl: it.ttl, id: it.id, idGiven: true,
 			proposed: it.token, exactToken: true, owner: it.owner, quarantine: it.quarantine}
-		regained := map[int]string{}
+		// What may hold the lease now: the grants, and the nodes whose
+		// answer failed (the script may still run there).
+		maybe := map[int]string{}
 		gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (acquireReply, error) {
 			return n.acquire(ctx, k, r)
 		}, func(a nodeAnswer[acquireReply]) bool {
-			if a.err == nil && a.v.granted && !a.v.existed {
-				regained[a.i] = it.token
+			if a.err != nil || (a.v.granted && !a.v.existed) {
+				maybe[a.i] = it.token
 			}
 			return false
 		}, nil)
 		if it.givenUp() {
-			q.releaseOn(k, it.id, regained)
+			q.releaseOn(k, it.id, maybe)
 		}
 	})
 }
@@ -552,7 +572,7 @@ func (q *quorumStore) resume(ctx context.Context, k keyspace, r resumeRequest) (
 	}
 	token, differ := quorumToken(replies, granted)
 	tok := strconv.FormatInt(token, 10)
-	if len(granted)-len(differ)+q.setToken(k, r.id, tok, differ) < quorum {
+	if len(granted)-len(differ)+len(q.setToken(k, r.id, tok, differ)) < quorum {
 		return acquireReply{}, q.quorumError(quorum, "resume", len(granted)-len(differ), nil, errs)
 	}
 	q.raiseToken(token)
