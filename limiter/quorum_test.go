@@ -65,6 +65,7 @@ func leaseIDs(t *testing.T, q quorum, i int, prefix string) []string {
 func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
 	for _, nodes := range []int{3, 4} {
 		t.Run(fmt.Sprintf("%dnodes", nodes), func(t *testing.T) {
+			t.Parallel() // each has its own nodes
 			q := startQuorum(t, nodes)
 			b := backend{
 				kind:   "redlock",
