@@ -219,6 +219,23 @@ func TestACL(t *testing.T) {
 		}
 	}
 
+	// The restart quarantine asks the server's age (INFO server) inside
+	// the acquire script, for a name the server has no token for; refused
+	// there, it would be silently off.
+	q, err := limiter.New(rdbA, limiter.Logger(slog.New(logs)), limiter.RestartQuarantine(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qmu, _ := q.Mutex("acl-quarantine", limiter.AcquireTimeout(10*time.Second))
+	if l, err := qmu.Acquire(ctx); err != nil {
+		t.Fatal("Acquire under the restart quarantine:", err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Fatal("Release:", err)
+	}
+	if err := q.Close(ctx); err != nil {
+		t.Fatal("Close:", err)
+	}
+
 	calls := srv.CommandCalls(t)
 	for _, cmd := range aclCommands(aclSetUser) {
 		if calls[cmd] == 0 {

@@ -82,8 +82,16 @@ func TestBadInput(t *testing.T) {
 			_, err = c.Semaphore("n", 1, limiter.WaitReplicas(1, time.Second))
 			return err
 		}},
-		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }}, //nolint:staticcheck // on purpose
-		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},      //nolint:staticcheck // on purpose
+		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }},                    //nolint:staticcheck // on purpose
+		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},                         //nolint:staticcheck // on purpose
+		{"nil ctx do", "ctx", func() error { return sem.Do(nil, func(context.Context) error { return nil }) }}, //nolint:staticcheck // on purpose
+		{"nil ctx resume", "ctx", func() error { _, err := sem.Resume(nil, limiter.Ticket{}); return err }},    //nolint:staticcheck // on purpose
+		{"nil ctx release ticket", "ctx", func() error { return sem.ReleaseTicket(nil, limiter.Ticket{}) }},    //nolint:staticcheck // on purpose
+		{"nil ctx available", "ctx", func() error { _, err := sem.Available(nil); return err }},                //nolint:staticcheck // on purpose
+		{"nil ctx set limit", "ctx", func() error { return sem.SetLimit(nil, 2) }},                             //nolint:staticcheck // on purpose
+		{"nil ctx effective limit", "ctx", func() error { _, _, err := sem.EffectiveLimit(nil); return err }},  //nolint:staticcheck // on purpose
+		{"nil ctx waiters", "ctx", func() error { _, err := sem.Waiters(nil); return err }},                    //nolint:staticcheck // on purpose
+		{"nil ctx names", "ctx", func() error { _, err := clientFor(t, rdb).Names(nil, "*"); return err }},     //nolint:staticcheck // on purpose
 		{"nil fn", "fn", func() error { return sem.Do(ctx, nil) }},
 		{"weight 0", "Weight", func() error { _, err := sem.TryAcquire(ctx, limiter.Weight(0)); return err }},
 		{"weight above limit", "Weight", func() error { _, err := sem.Acquire(ctx, limiter.Weight(4)); return err }},
