@@ -23,8 +23,9 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // ErrEvictingRedis when Redis (any node of it) has a maxmemory and a
 // maxmemory-policy other than noeviction. Without it the Client logs the
 // danger once, at Error level, and goes on. The check is one INFO memory
-// per node, before the Client's first acquisition, and again before the
-// next while a node does not answer (10s later when it timed out); a node
+// per node, before the Client's first acquisition, and again, of the
+// nodes that did not answer only, before the next (10s later when one
+// timed out); a node
 // found evicting settles it, and a Redis that refuses INFO, e.g. by ACL,
 // is taken as safe and logged at Debug. An acquisition whose ctx ends
 // while it waits for a check in progress goes on to its attempt, which
@@ -36,6 +37,10 @@ type evictionCheck struct {
 	done atomic.Bool
 	turn chan struct{} // one check at a time; waiters may give up
 	err  error         // ErrEvictingRedis (wrapped) when refusing
+	// checked: the nodes that answered and do not evict; a check after a
+	// failure asks only the others (a Redlock node down costs the healthy
+	// ones nothing).
+	checked nodeSet
 	// next: after a check that could not reach every node, when to try
 	// again (not on every acquisition while a node is down).
 	next time.Time
@@ -63,7 +68,7 @@ func (c *Client) checkEviction(ctx context.Context) error {
 	if e.done.Load() || time.Now().Before(e.next) {
 		return e.err
 	}
-	found, err := c.st.evicting(ctx)
+	found, err := c.st.evicting(ctx, &e.checked)
 	var refused redis.Error
 	switch {
 	case found != "":
@@ -100,12 +105,39 @@ func isUnreachable(err error) bool {
 		errors.Is(err, redis.ErrClosed)
 }
 
+// nodeSet is a set of node addresses, safe for the concurrent calls of a
+// quorum.
+type nodeSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *nodeSet) has(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[node]
+}
+
+func (s *nodeSet) add(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]bool{}
+	}
+	s.m[node] = true
+}
+
 // evicting returns a description of the nodes that may evict keys ("" for
-// none).
-func (s *redisStore) evicting(ctx context.Context) (string, error) {
+// none), asking only the nodes not in checked, and adds to checked those
+// that answered without.
+func (s *redisStore) evicting(ctx context.Context, checked *nodeSet) (string, error) {
 	var mu sync.Mutex
 	var found []string
 	err := s.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		node := nodeAddr(c)
+		if checked.has(node) {
+			return nil
+		}
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
@@ -114,6 +146,8 @@ func (s *redisStore) evicting(ctx context.Context) (string, error) {
 			mu.Lock()
 			found = append(found, what)
 			mu.Unlock()
+		} else {
+			checked.add(node)
 		}
 		return nil
 	})
@@ -145,11 +179,11 @@ func evictionIn(info string) string {
 
 // evicting checks every node at once, each bounded by NodeTimeout like
 // any quorum call: a paused node must not hold up the first acquisition.
-func (q *quorumStore) evicting(ctx context.Context) (string, error) {
+func (q *quorumStore) evicting(ctx context.Context, checked *nodeSet) (string, error) {
 	var found []string
 	var errs []error
 	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (string, error) {
-		return n.evicting(ctx)
+		return n.evicting(ctx, checked)
 	}, func(a nodeAnswer[string]) bool {
 		errs = append(errs, a.err)
 		if a.v != "" {

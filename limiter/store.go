@@ -33,7 +33,7 @@ type store interface {
 	fleetLimit(ctx context.Context, k keyspace) (int64, error)
 	// evicting describes the nodes whose maxmemory policy may evict keys
 	// ("" for none).
-	evicting(ctx context.Context) (string, error)
+	evicting(ctx context.Context, checked *nodeSet) (string, error)
 	// names lists the semaphores whose state key matches the pattern.
 	names(ctx context.Context, pattern string) ([]string, error)
 	// canWait reports (an *ArgumentError) whether WaitReplicas w can be
