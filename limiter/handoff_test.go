@@ -110,9 +110,7 @@ func TestStaleHandoffAfterAPause(t *testing.T) {
 		}
 		time.Sleep(time.Duration(round%4) * 300 * time.Millisecond) // vary the keep-alive phase
 		for _, tr := range trials {
-			if err := tr.w.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+			redistest.Freeze(t, tr.w.Process) // stopped before the release, not during what follows
 			if err := tr.held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -128,7 +129,27 @@ func (s *Server) command(timeout time.Duration, args ...string) (string, error) 
 // is answered, which is how tests simulate a hung or partitioned node.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.signal(t, syscall.SIGSTOP)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		t.Fatalf("redistest: %s: cannot pause, server is not running", s.Addr())
+	}
+	Freeze(t, s.proc.cmd.Process)
+}
+
+// Freeze stops p with SIGSTOP and returns once it has stopped (on Linux;
+// elsewhere once the signal is sent): a test that acts right after would
+// otherwise race with the last moments of the process it means to freeze.
+func Freeze(t testing.TB, p *os.Process) {
+	t.Helper()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: stop process %d: %v", p.Pid, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !stopped(p.Pid); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: process %d did not stop within 5s of SIGSTOP", p.Pid)
+		}
+	}
 }
 
 // Resume undoes Pause with SIGCONT; queued commands are then processed.
