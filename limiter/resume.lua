@@ -2,14 +2,17 @@
 -- Hands a held lease over to owner: a new fencing token, owner's TTL
 -- (from now, shorter or longer: the adopter's TTL governs from here) and
 -- owner as its holder, so the previous holder's next refresh, by the old
--- token, finds it gone. Of two resumes of one ticket, one wins.
+-- token, finds it gone. Of two resumes of one ticket, one wins. owner ''
+-- parks the lease (Lease.Park).
 -- Returns {weight, new token}, or 0 when the lease is not held with token.
 local id, want, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local field = ':' .. id
 local st = redis.call('HMGET', KEYS[2], field, 'token', 'keyexp')
 if not st[1] then return 0 end
-local w, tok = parse(st[1])
-if tok ~= want then return 0 end
+local w, tok, holder = parse(st[1])
+-- A parked lease (no holder: Lease.Park) goes to the first Resume of any
+-- ticket of its id; parking itself needs the token.
+if tok ~= want and not (holder == '' and ARGV[4] ~= '') then return 0 end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local score = redis.call('ZSCORE', KEYS[1], id)

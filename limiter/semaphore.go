@@ -199,9 +199,10 @@ func (s *Semaphore) release(ctx context.Context, id, token string, live bool) (i
 // still held with the ticket's token, it becomes this Client's, with a new
 // fencing token and this Semaphore's TTL from now (shorter or longer than
 // before), and is kept alive here like any acquired lease. The previous
-// holder's next refresh finds it gone and reports the loss. Of two Resumes
-// of one ticket one wins; the other, like a lease that expired or was
-// released, gets ErrNotHeld. A ticket for another name, or a weight above
+// holder's next refresh finds it gone and reports the loss. A lease
+// parked by Lease.Park is taken over by a ticket of its id whatever the
+// ticket's token. Of two Resumes of one ticket one wins; the other, like a
+// lease that expired or was released, gets ErrNotHeld. A ticket for another name, or a weight above
 // this limit, gives an *ArgumentError.
 func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
 	if ctx == nil {

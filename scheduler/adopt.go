@@ -1,13 +1,11 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -35,11 +33,12 @@ import (
 //
 // A handler that returns an error that asynq will retry (retries left; not
 // asynq.SkipRetry or asynq.RevokeTask) keeps the lock for that retry
-// rather than release it: the lease is kept, unrefreshed, for the retry
-// delay (RetryDelayFunc) plus the job's TTL, and the task returns a
+// rather than release it: the lease is parked (limiter.Lease.Park: held
+// by no process, unrefreshed) for the retry delay (RetryDelayFunc) plus
+// the job's TTL, and the task returns a
 // *RetryError wrapping the handler's error (use RetryDelay so that asynq
 // waits exactly that delay). No tick can take the lock meanwhile. The
-// retry, in any worker, takes the kept lease over (with a new fencing
+// retry, in any worker, takes the parked lease over (with a new fencing
 // token); a retry that finds an earlier run of its tick still holding the
 // lock (a handler that outlived its deadline) returns a *BusyError and is
 // re-queued (see IsFailure) until that run returns. If keeping the lock
@@ -71,14 +70,8 @@ type adopter struct {
 	opts options
 }
 
-// keptSuffix names the semaphore whose lease ids record kept locks:
-// "<ticket id>#<token>" says that the lease of that id was kept for its
-// retry with that token.
-const (
-	keptSuffix = "#kept"
-	keptLimit  = 1 << 30
-	keepBudget = 5 * time.Second // bounds keeping a lock for a retry
-)
+// keepBudget bounds keeping a lock for a retry.
+const keepBudget = 5 * time.Second
 
 // handoff is what a task's headers say about its lock.
 type handoff struct {
@@ -166,7 +159,8 @@ func willRetry(ctx context.Context, err error) bool {
 }
 
 // adopt takes the tick's lock over: from the ticket on a first run, or
-// from where a failed earlier run kept it. It returns an error matching
+// from where a failed earlier run parked it (limiter.Lease.Park: any
+// ticket of the id takes a parked lease). It returns an error matching
 // limiter.ErrNotHeld when the lock is gone, errRunning when an earlier
 // run still holds it.
 func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error) {
@@ -178,87 +172,31 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 	if !errors.Is(err, limiter.ErrNotHeld) {
 		return lease, err
 	}
-	notHeld := err
-	kept, err := a.opts.lock(a.lc, ho.ticket.Name+keptSuffix, keptLimit, a.opts.ttl, false)
-	if err != nil {
-		return nil, err
-	}
-	marks, err := kept.Holders(ctx)
-	if err != nil {
-		return nil, err
-	}
-	marks = slices.DeleteFunc(marks, func(h limiter.Holder) bool {
-		return !strings.HasPrefix(h.ID, ho.ticket.ID+"#") || keptToken(h.ID) < 1
-	})
-	slices.SortFunc(marks, func(x, y limiter.Holder) int { return cmp.Compare(keptToken(y.ID), keptToken(x.ID)) })
-	for _, m := range marks {
-		t := ho.ticket
-		t.Token = keptToken(m.ID)
-		lease, err = sem.Resume(ctx, t)
-		if errors.Is(err, limiter.ErrNotHeld) {
-			continue // an older mark
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range marks { // done with; they would lapse anyway
-			_ = kept.ReleaseTicket(ctx, limiter.Ticket{Name: kept.Name(), ID: m.ID, Weight: m.Weight, Token: m.Token})
-		}
-		return lease, nil
-	}
-	holders, err := sem.Holders(ctx)
-	if err != nil {
-		return nil, err
+	holders, herr := sem.Holders(ctx)
+	if herr != nil {
+		return nil, herr
 	}
 	if slices.ContainsFunc(holders, func(h limiter.Holder) bool { return h.ID == ho.ticket.ID }) {
 		return nil, errRunning
 	}
-	return nil, notHeld
+	return nil, err
 }
 
-func keptToken(id string) int64 {
-	n, _ := strconv.ParseInt(id[strings.LastIndexByte(id, '#')+1:], 10, 64)
-	return n
-}
-
-// keep keeps the lease, whose handler failed, for asynq's retry: it takes
-// it over with a TTL covering the retry delay and the pick-up, unrefreshed,
-// and records its new token for the retry. It returns the task's error, or
-// nil if the lock could not be kept (Run then releases it).
+// keep parks the lease, whose handler failed, for asynq's retry: held by
+// no process, unrefreshed, for the retry delay plus the pick-up, so that
+// the retry's Resume of the task's ticket takes it over. It returns the
+// task's error, or nil if the lock could not be kept (Run then releases
+// it).
 func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *RetryError {
 	n, _ := asynq.GetRetryCount(ctx)
 	delay := max(a.opts.retryDelay(n, herr, t), 0)
-	ttl := delay + ho.pickup
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
 	defer cancel()
-	failed := func(err error) *RetryError {
+	if err := lease.Park(ctx, delay+ho.pickup); err != nil {
 		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry; released, the retry will be skipped",
 			"job", ho.job, "task", t.Type(), "err", err)
 		return nil
 	}
-	sem, err := a.opts.lock(a.lc, ho.ticket.Name, ho.limit, ttl, false)
-	if err != nil {
-		return failed(err)
-	}
-	// The lease is handed over: a refresh of it after the Resume would
-	// find it gone and report it lost. Run still releases it by its token
-	// (ErrNotHeld once taken over, which Run ignores).
-	lease.StopRefresh()
-	held, err := sem.Resume(ctx, lease.Ticket())
-	if err != nil {
-		return failed(err)
-	}
-	held.StopRefresh() // stays in Redis for the retry, also through lc.Close
-	kept, err := a.opts.lock(a.lc, ho.ticket.Name+keptSuffix, keptLimit, ttl, false)
-	if err == nil {
-		var mark *limiter.Lease
-		mark, err = kept.TryAcquire(ctx, limiter.ID(ho.ticket.ID+"#"+strconv.FormatInt(held.Token(), 10)))
-		if err == nil {
-			mark.StopRefresh()
-			a.opts.metrics.add(ho.job, EventKept)
-			return &RetryError{Job: ho.job, RetryIn: delay, Err: herr}
-		}
-	}
-	_ = held.Release(ctx) // by its token: nobody else's
-	return failed(err)
+	a.opts.metrics.add(ho.job, EventKept)
+	return &RetryError{Job: ho.job, RetryIn: delay, Err: herr}
 }
