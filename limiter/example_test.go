@@ -140,3 +140,37 @@ func ExampleSemaphore_Acquire() {
 	// Output:
 	// acquired: true later token: true
 }
+
+// Park keeps a lease's permits for whoever continues the work later: a
+// retry, say, that knows only the ticket the first run started from.
+func ExampleLease_Park() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	ctx := context.Background()
+	client, _ := limiter.New(rdb)
+	defer client.Close(ctx)
+	mu, _ := client.Mutex("example:park")
+
+	run, err := mu.TryAcquire(ctx, limiter.ID("job-42"))
+	if err != nil {
+		panic(err)
+	}
+	ticket := run.Ticket()
+	// The run failed; keep the lock a minute for its retry.
+	if err := run.Park(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	_, err = mu.TryAcquire(ctx)
+	fmt.Println("others:", err != nil)
+
+	retry, err := mu.Resume(ctx, ticket) // the parked lease has another token by now
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("newer token:", retry.Token() > ticket.Token)
+	fmt.Println("release:", retry.Release(ctx))
+	// Output:
+	// others: true
+	// newer token: true
+	// release: <nil>
+}
