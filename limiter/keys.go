@@ -6,6 +6,9 @@ import "strings"
 // so each script touches a single Cluster slot.
 type keyspace struct {
 	keys []string // leases (ZSET), state (HASH), queue (ZSET): the KEYS of every script
+	// args are the keys boxed once, as the hot scripts send them (a
+	// string put in an interface allocates).
+	args []any
 	// limit is the asking semaphore's: a quorum's size depends on it.
 	limit int64
 }
@@ -23,7 +26,8 @@ const stateSuffix = "}:state"
 
 func newKeyspace(prefix, name string, limit int64) keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	return keyspace{keys: []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}, limit: limit}
+	keys := []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}
+	return keyspace{keys: keys, args: []any{keys[0], keys[1], keys[2]}, limit: limit}
 }
 
 // statePattern is the SCAN pattern of the state keys under prefix, of

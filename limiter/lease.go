@@ -46,6 +46,8 @@ type Lease struct {
 	short    bool
 	deadline time.Time
 	watchdog *time.Timer
+
+	refreshEntry entry // see refresher.addLease
 }
 
 // newLease makes the lease of a grant that Redis made to last at least
@@ -59,7 +61,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r acq
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	ctx, cancel := context.WithCancelCause(detach(parent))
 	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
 	if !s.c.track(l) { // before the watchdog, whose end untracks it
@@ -180,7 +182,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		defer l.sem.c.releasing(l)()
 	}
 	live := l.endLive(errReleased)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.sem.cfg.releaseTimeout)
+	ctx, cancel := context.WithTimeout(detach(ctx), l.sem.cfg.releaseTimeout)
 	defer cancel()
 	n, err := bounded(l.sem.c, ctx, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
 	if err != nil {
@@ -190,6 +192,16 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("limiter: release %q lease %s: %w", l.sem.name, l.id, ErrNotHeld)
 	}
 	return nil
+}
+
+// detach is context.WithoutCancel, without the allocation for
+// Background (the usual ctx of a deferred Release), which has no
+// cancellation or deadline to drop.
+func detach(ctx context.Context) context.Context {
+	if ctx == context.Background() {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // StopRefresh stops keeping the lease alive from this process, typically

@@ -20,7 +20,12 @@ type refresher struct {
 	byOwner map[any]*entry
 	running bool
 	wakeAt  time.Time // when the sleeping goroutine's timer fires
-	kick    chan struct{}
+	// lingerUntil is the due time of the entry that started the
+	// goroutine, which stays until then even if that entry left first,
+	// as it would had it been running: a lease released before a new
+	// goroutine gets to run would otherwise cost a goroutine and a timer.
+	lingerUntil time.Time
+	kick        chan struct{}
 }
 
 // entry is a lease or a waiter in the refresher.
@@ -50,7 +55,9 @@ func newRefresher(c *Client) *refresher {
 
 // addLease keeps l alive from due on, unless it already ended.
 func (r *refresher) addLease(l *Lease, due time.Time) {
-	r.add(l, &entry{lease: l, due: due, interval: l.sem.cfg.refresh}, func() bool { return l.Err() == nil })
+	// In the Lease, saving an allocation: newLease adds a lease once.
+	l.refreshEntry = entry{lease: l, due: due, interval: l.sem.cfg.refresh}
+	r.add(l, &l.refreshEntry, func() bool { return l.Err() == nil })
 }
 
 func (r *refresher) addWaiter(w *waiter) {
@@ -70,6 +77,7 @@ func (r *refresher) add(owner any, e *entry, live func() bool) {
 	switch {
 	case !r.running:
 		r.running = true
+		r.lingerUntil = e.due
 		r.c.spawn(r.loop)
 	case e.due.Before(r.wakeAt):
 		r.wake()
@@ -130,9 +138,13 @@ func (r *refresher) loop() {
 func (r *refresher) due(now time.Time) (batch []*entry, next time.Time, ok bool) {
 	r.c.mu.Lock()
 	defer r.c.mu.Unlock()
-	if len(r.byOwner) == 0 || r.c.ctx.Err() != nil {
+	if r.c.ctx.Err() != nil || len(r.byOwner) == 0 && !now.Before(r.lingerUntil) {
 		r.running = false
 		return nil, next, false
+	}
+	if len(r.byOwner) == 0 {
+		r.wakeAt = r.lingerUntil
+		return nil, r.wakeAt, true
 	}
 	for len(r.entries) > 0 {
 		e := r.entries[0]

@@ -42,3 +42,6 @@ var (
 	setLimitScript = redis.NewScript(commonLua + setLimitLua)
 	waitersScript  = redis.NewScript(commonLua + waitersLua)
 )
+
+// The hashes of the scripts redisStore.run sends, boxed once.
+var acquireSha, releaseSha any = acquireScript.Hash(), releaseScript.Hash()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,12 @@ type redisStore struct {
 	fifo bool
 	// ctxBound: go-redis honours ctx deadlines here (boundedByCtx).
 	ctxBound bool
+	// Boxing a script argument allocates (a string, an int above 255):
+	// these box once what a Client repeats in every call, its owner id
+	// and channel (a store serves one Client), and its first TTL in ms
+	// (the quarantine defaults to it).
+	owner, channel firstBox[string, any]
+	ms             firstBox[int64, any]
 }
 
 func newRedisStore(rdb redis.UniversalClient, fifo bool) *redisStore {
@@ -48,9 +55,10 @@ func (s *redisStore) handsOver() bool { return s.fifo }
 const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
-	cmd, acked, waitErr := s.eval(ctx, k, r.replicas, acquireScript, r.limit, r.weight, r.ttl.Milliseconds(), r.id, r.proposed,
-		r.owner, r.reclaimAbove, r.wait, queueTTL.Milliseconds(), r.channel, flag(s.fifo), flag(r.handoff),
-		r.quarantine.Milliseconds(), flag(r.exactToken))
+	args := append(s.evalArgs(acquireSha, k, 14), r.limit, r.weight, s.ms.get(r.ttl.Milliseconds(), box), r.id, r.proposed,
+		s.owner.get(r.owner, box), r.reclaimAbove, r.wait, queueTTLms, s.channel.get(r.channel, box), flag(s.fifo),
+		flag(r.handoff), s.ms.get(r.quarantine.Milliseconds(), box), flag(r.exactToken))
+	cmd, acked, waitErr := s.run(ctx, acquireScript, k, r.replicas, args)
 	v, err := cmd.Slice()
 	if err != nil {
 		return acquireReply{}, err
@@ -60,11 +68,67 @@ func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) 
 	return rep, err
 }
 
-func flag(b bool) string {
+// flag boxes b without allocating, as constant strings are.
+func flag(b bool) any {
 	if b {
 		return "1"
 	}
 	return "0"
+}
+
+// queueTTLms is boxed once; see redisStore.
+var queueTTLms any = queueTTL.Milliseconds()
+
+func box[T any](v T) any { return v }
+
+// firstBox remembers the first key it is given and the value made of it,
+// and makes the value again for any other key: one entry, set once, so a
+// miss costs what no cache would, and nothing needs evicting.
+type firstBox[K comparable, V any] struct {
+	p atomic.Pointer[boxed[K, V]]
+}
+
+type boxed[K comparable, V any] struct {
+	k K
+	v V
+}
+
+func (f *firstBox[K, V]) get(k K, mk func(K) V) V {
+	e := f.p.Load()
+	if e != nil && e.k == k {
+		return e.v
+	}
+	v := mk(k)
+	if e == nil {
+		f.p.CompareAndSwap(nil, &boxed[K, V]{k, v})
+	}
+	return v
+}
+
+// evalArgs starts the EVALSHA command of a script (sha: its boxed hash)
+// on k, with room for n arguments: one allocation, where Script.Run
+// makes a variadic slice and the command's and boxes the hash and keys.
+func (s *redisStore) evalArgs(sha any, k keyspace, n int) []any {
+	args := make([]any, 3, 3+len(k.keys)+n)
+	args[0], args[1], args[2] = "evalsha", sha, len(k.keys)
+	return append(args, k.args...)
+}
+
+// run sends args from evalArgs as Script.Run would: EVALSHA with its
+// first key marked for routing (a ClusterClient sends it to that key's
+// slot), then EVAL if the server lacks the script. With w on, eval
+// sends it instead, followed by WAIT.
+func (s *redisStore) run(ctx context.Context, sc *redis.Script, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
+	if w.on() {
+		return s.eval(ctx, k, w, sc, args[3+len(k.keys):]...)
+	}
+	cmd = redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.rdb.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		cmd = sc.Eval(ctx, s.rdb, k.keys, args[3+len(k.keys):]...)
+	}
+	return cmd, 0, nil
 }
 
 func parseAcquire(v []any) (acquireReply, error) {
@@ -234,7 +298,9 @@ func refreshArgs(b refreshBatch) [][]any {
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
-	v, err := releaseScript.Run(ctx, s.rdb, k.keys, r.id, r.token, r.own, flag(r.wake), flag(r.check)).Slice()
+	args := append(s.evalArgs(releaseSha, k, 5), r.id, r.token, s.channel.get(r.own, box), flag(r.wake), flag(r.check))
+	cmd, _, _ := s.run(ctx, releaseScript, k, replicaWait{}, args)
+	v, err := cmd.Slice()
 	if err != nil {
 		return releaseReply{}, err
 	}
