@@ -23,8 +23,10 @@ const (
 	// failoverMasterName is the name the sentinel monitors the master by.
 	failoverMasterName = "redistest"
 	// failoverReadyTimeout bounds the start (replica in sync, sentinel
-	// aware of it) and a failover.
-	failoverReadyTimeout = 20 * time.Second
+	// aware of it) and a failover: a few seconds on an idle machine, over
+	// 20 s once on a loaded one (the sentinel skips a replica whose INFO
+	// is stale, and INFOs it every second only once the master is down).
+	failoverReadyTimeout = 60 * time.Second
 )
 
 // Failover is a master, one replica that replicates through a Proxy (so a
