@@ -17,14 +17,16 @@ var errParked = fmt.Errorf("%w: parked", ErrNotHeld)
 // asynq's retry). Nothing refreshes a parked lease; unresumed, it ends at
 // ttl and its permits come back.
 //
-// The lease ends here (Err matches ErrNotHeld; no OnLost) and its parked
-// incarnation gets a new fencing token, so this Lease can no longer touch
-// it: a Release afterwards returns ErrNotHeld. A lease that is not held
-// gives ErrNotHeld (or the ErrLeaseLost it ended with), a Redis failure
-// is returned wrapped and leaves the lease as it was, and with
-// WaitReplicas a park the replicas did not confirm is a
-// *ReplicationError (the lease stays parked on the master). A nil ctx or
-// a ttl <= 0 gives an *ArgumentError.
+// The lease ends here first, whatever Redis answers (Err matches
+// ErrNotHeld; no OnLost), as a Release does: the parked incarnation gets
+// a new fencing token, so this Lease can no longer touch it, and a Release
+// afterwards returns ErrNotHeld. A lease that is not held gives ErrNotHeld
+// (or the ErrLeaseLost it ended with). A Redis failure is returned
+// wrapped: the lease is then parked, or still held under its old token
+// until its TTL, unrefreshed; a Release gives it back in that case, and
+// cannot touch it in the other. With WaitReplicas a park the replicas did
+// not confirm is a *ReplicationError (parked on the master). A nil ctx or
+// a ttl <= 0 gives an *ArgumentError and leaves the lease held.
 func (l *Lease) Park(ctx context.Context, ttl time.Duration) error {
 	switch {
 	case ctx == nil:
@@ -35,6 +37,15 @@ func (l *Lease) Park(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
+	// Given up before Redis is asked, as a Release is: a reply lost after
+	// the park landed must not leave this Lease live beside whoever
+	// resumes it, and no refresh may regain the old incarnation.
+	l.mu.Lock()
+	l.handedOff = true
+	l.mu.Unlock()
+	if !l.end(errParked, false) {
+		return l.Err()
+	}
 	s := l.sem
 	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: l.id, token: l.token, owner: parkedOwner,
 		ttl: ttl, replicas: s.cfg.replicas})
@@ -44,9 +55,6 @@ func (l *Lease) Park(ctx context.Context, ttl time.Duration) error {
 	if !rep.granted {
 		return fmt.Errorf("limiter: park %q lease %s: %w", s.name, l.id, ErrNotHeld)
 	}
-	// Parked, whatever the replicas say: a refresh by the old token would
-	// only find it gone.
-	l.end(errParked, false)
 	return s.cfg.replicas.confirm("park", s.name, rep.acked, rep.waitErr)
 }
 

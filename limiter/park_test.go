@@ -1,7 +1,9 @@
 package limiter_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,5 +133,94 @@ func TestParkOnRedlock(t *testing.T) {
 	}
 	if err := resumed.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Park whose reply is lost has still ended the Lease: had it stayed
+// live, whoever resumed the parked lease would hold it beside it.
+func TestParkReplyLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	sem, _ := newSemaphore(t, srv.Client(t), "parklost", 2, limiter.TTL(30*time.Second))
+	l, err := sem.TryAcquire(ctx, limiter.ID("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := sem.TryAcquire(ctx, limiter.ID("warm")) // loads the script: no NOSCRIPT while paused
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Park(ctx, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	perr := l.Park(pctx, 10*time.Second) // lands once the server resumes
+	cancel()
+	srv.Resume(t)
+	if perr == nil {
+		t.Fatal("Park answered by a paused server")
+	}
+	other, _ := newSemaphore(t, srv.Client(t), "parklost", 2)
+	stale := l.Ticket()
+	stale.Token = 1
+	redistest.Eventually(t, 5*time.Second, "the park lands", func() bool {
+		r, err := other.Resume(ctx, stale)
+		if err == nil {
+			_ = r.Release(ctx)
+		}
+		return err == nil
+	})
+	if l.Err() == nil {
+		t.Fatal("two holders: the parker's Lease is live after its Park failed, and another process resumed the lease")
+	}
+}
+
+// A Resume that lands between a quorum Park's scripts and its token
+// write-back keeps its lease: the write-back goes only over the park's
+// own grant on each node.
+func TestResumeDuringParkWriteBack(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 120*time.Second)
+	parker, _ := newRedlockSemaphore(t, q.nodes, "wb", 1, limiter.TTL(3*time.Second))
+	taker, _ := newRedlockSemaphore(t, q.nodes, "wb", 1, limiter.TTL(3*time.Second))
+	resumed := 0
+	for trial := 0; trial < 40 && resumed < 5; trial++ {
+		l, err := parker.TryAcquire(ctx, limiter.ID(fmt.Sprintf("t%d", trial)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Node 2's counter ahead: the nodes' park tokens differ, so the
+		// park writes the quorum's token back on nodes 0 and 1.
+		q.nodes[2].HSet(ctx, "redsem:{wb}:state", "token", time.Now().UnixMicro()+300000)
+		ticket := l.Ticket()
+		ticket.Token-- // any ticket takes a parked lease
+		done := make(chan *limiter.Lease, 1)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		go func() {
+			for {
+				r, err := taker.Resume(rctx, ticket)
+				if err == nil || rctx.Err() != nil {
+					done <- r
+					return
+				}
+			}
+		}()
+		if err := l.Park(ctx, 10*time.Second); err != nil {
+			t.Logf("trial %d: Park: %v", trial, err) // the taker may have split it
+		}
+		r := <-done
+		cancel()
+		if r == nil {
+			continue
+		}
+		resumed++
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatalf("trial %d: a successful Resume (token %d) lost its lease at its first refresh: %v", trial, r.Token(), err)
+		}
+		_ = r.Release(ctx)
+	}
+	if resumed == 0 {
+		t.Fatal("no Resume won: the test proves nothing")
 	}
 }

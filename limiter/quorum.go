@@ -330,8 +330,8 @@ func (q *quorumStore) setToken(k keyspace, id, token string, own map[int]string)
 		nodes = append(nodes, i)
 	}
 	orphans := map[int]string{}
-	gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisStore) (int64, error) {
-		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token).Int64()
+	gather(context.Background(), q, nodes, func(ctx context.Context, i int, n *redisStore) (int64, error) {
+		return setTokenScript.Run(ctx, n.rdb, k.keys, id, token, own[i]).Int64()
 	}, func(a nodeAnswer[int64]) bool {
 		if a.err == nil && a.v == 1 {
 			written = append(written, a.i)

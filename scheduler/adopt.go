@@ -186,14 +186,15 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 // no process, unrefreshed, for the retry delay plus the pick-up, so that
 // the retry's Resume of the task's ticket takes it over. It returns the
 // task's error, or nil if the lock could not be kept (Run then releases
-// it).
+// it by its old token, which no longer matches if the park landed after
+// all: then the retry still finds it parked).
 func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *RetryError {
 	n, _ := asynq.GetRetryCount(ctx)
 	delay := max(a.opts.retryDelay(n, herr, t), 0)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
 	defer cancel()
 	if err := lease.Park(ctx, delay+ho.pickup); err != nil {
-		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry; released, the retry will be skipped",
+		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry; released unless it was parked after all, and then the retry will be skipped",
 			"job", ho.job, "task", t.Type(), "err", err)
 		return nil
 	}
