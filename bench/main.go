@@ -151,6 +151,19 @@ func runInProcess(ctx context.Context, out io.Writer, env *Env, nUnc, nCon, nSem
 	for _, rs := range rounds {
 		results = append(results, medianRound(rs))
 	}
+	busy := make([][]Result, len(BusyLibs))
+	for range uncontendedRounds {
+		for i, lib := range BusyLibs {
+			r, err := RunBusy(ctx, env, lib, max(nUnc/uncontendedRounds, 1))
+			if err != nil {
+				return err
+			}
+			busy[i] = append(busy[i], r)
+		}
+	}
+	for _, rs := range busy {
+		results = append(results, medianRound(rs))
+	}
 	for _, sc := range []Contention{MutexLoop, MutexThink} {
 		for _, lib := range ContendedLibs {
 			r, err := RunContended(ctx, env, sc, lib, nCon, capDur, Timer{})
@@ -221,7 +234,7 @@ func printTable(out io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tlibrary\tn\tops/s\tµs/op\tgap p50\tgap p99\thandoff p50\thandoff p99\twait p50\twait p99\twait max\treacq %\tcmds/acq\tsrv calls/acq\tsrv µs/acq\tops/s ×redsem\tgap p50 ×redsem\t")
 	for _, r := range rs {
-		contended := r.Scenario != "uncontended"
+		contended := r.Scenario != "uncontended" && r.Scenario != BusyScenario
 		mutex := contended && r.MaxHeld <= 1 && r.Scenario != SemaphoreLoop.Name
 		base, hasRef := ref[r.Scenario]
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%s\t%s\t\n",

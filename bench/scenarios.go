@@ -160,6 +160,30 @@ var UncontendedLibs = []Lib{
 	},
 }
 
+// BusyScenario: one attempt on a mutex another process holds, the cost
+// of being told no.
+const BusyScenario = "busy try"
+
+// BusyLibs try once, without waiting.
+var BusyLibs = []Lib{
+	{
+		Name:   "redsem",
+		Config: "Mutex TryAcquire on a held mutex (ErrBusy)",
+		New:    redsemTry(),
+	},
+	{
+		Name:   "redsync",
+		Config: "Mutex Lock, WithTries(1), on a held mutex (ErrTaken)",
+		Sends:  []string{"set"},
+		New:    redsyncLock(redsync.WithExpiry(lockTTL), redsync.WithTries(1)),
+	},
+	{
+		Name:   "redislock",
+		Config: "Obtain, no retry, on a held key (ErrNotObtained)",
+		New:    redislockObtain(nil),
+	},
+}
+
 // ContendedLibs wait for a held mutex.
 var ContendedLibs = []Lib{
 	{
@@ -563,6 +587,60 @@ func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (_ Res
 		return Result{}, err
 	}
 	return Result{Scenario: "uncontended", Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
+}
+
+// RunBusy has another process hold the lock with lib, then times n
+// attempts of lib that must each be refused.
+func RunBusy(ctx context.Context, e *Env, lib Lib, n int) (_ Result, err error) {
+	key := e.key(lib.Name)
+	holder := e.newProc()
+	defer closeProc(holder, &err)
+	hold, err := lib.New(holder, key)
+	if err != nil {
+		return Result{}, err
+	}
+	unlock, err := hold(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s holder: %w", lib.Name, err)
+	}
+	defer func() { _ = unlock(ctx) }()
+	p := e.newProc()
+	defer closeProc(p, &err)
+	try, err := lib.New(p, key)
+	if err != nil {
+		return Result{}, err
+	}
+	refused := func(i int) error {
+		_, err := try(ctx)
+		switch {
+		case err == nil:
+			return fmt.Errorf("%s attempt %d: granted a held lock", lib.Name, i)
+		case errors.Is(err, limiter.ErrBusy), errors.Is(err, errGaveUp), errors.Is(err, redislock.ErrNotObtained):
+			return nil
+		}
+		return fmt.Errorf("%s attempt %d: %w", lib.Name, i, err)
+	}
+	for i := range 3 { // warm-up: connection, script cache
+		if err := refused(i); err != nil {
+			return Result{}, err
+		}
+	}
+	before, hookBefore, err := e.snapshot(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	for i := range n {
+		if err := refused(i); err != nil {
+			return Result{}, err
+		}
+	}
+	elapsed := time.Since(start)
+	c, err := e.diff(ctx, lib, before, hookBefore)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Scenario: BusyScenario, Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
 }
 
 func lockUnlock(ctx context.Context, lock Locker) error {
