@@ -182,17 +182,20 @@ func TestParkReplyLost(t *testing.T) {
 func TestResumeDuringParkWriteBack(t *testing.T) {
 	q := startQuorum(t, 3)
 	ctx := ctxT(t, 120*time.Second)
-	parker, _ := newRedlockSemaphore(t, q.nodes, "wb", 1, limiter.TTL(3*time.Second))
-	taker, _ := newRedlockSemaphore(t, q.nodes, "wb", 1, limiter.TTL(3*time.Second))
 	resumed := 0
 	for trial := 0; trial < 40 && resumed < 5; trial++ {
-		l, err := parker.TryAcquire(ctx, limiter.ID(fmt.Sprintf("t%d", trial)))
+		// A name per trial: a trial whose Resumes split the nodes leaves
+		// its lease parked there until the park's ttl.
+		name := fmt.Sprintf("wb%d", trial)
+		parker, _ := newRedlockSemaphore(t, q.nodes, name, 1, limiter.TTL(3*time.Second))
+		taker, _ := newRedlockSemaphore(t, q.nodes, name, 1, limiter.TTL(3*time.Second))
+		l, err := parker.TryAcquire(ctx, limiter.ID("task"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Node 2's counter ahead: the nodes' park tokens differ, so the
 		// park writes the quorum's token back on nodes 0 and 1.
-		q.nodes[2].HSet(ctx, "redsem:{wb}:state", "token", time.Now().UnixMicro()+300000)
+		q.nodes[2].HSet(ctx, "redsem:{"+name+"}:state", "token", time.Now().UnixMicro()+300000)
 		ticket := l.Ticket()
 		ticket.Token-- // any ticket takes a parked lease
 		done := make(chan *limiter.Lease, 1)
