@@ -3,8 +3,6 @@ package limiter
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // AcquireOnce runs the acquire script once for id, queueing as wait (""
@@ -52,8 +50,8 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 // named script ("acquire", "release" or "settoken") by EVALSHA or EVAL: test hooks
 // recognise calls by the script, not by how many arguments it has today.
 func ScriptCall(name string, args []any) (argv []any, ok bool) {
-	sc := map[string]*redis.Script{"acquire": acquireScript, "release": releaseScript, "settoken": setTokenScript}[name]
-	if sc == nil || len(args) < 3 {
+	sc, known := map[string]luaScript{"acquire": acquireScript, "release": releaseScript, "settoken": setTokenScript}[name]
+	if !known || len(args) < 3 {
 		return nil, false
 	}
 	switch args[0] {

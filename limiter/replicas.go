@@ -135,12 +135,9 @@ func script(ctx context.Context, p redis.Pipeliner, sc *redis.Script, load bool,
 	return sc.EvalSha(ctx, p, keys, args...)
 }
 
-// eval runs sc once on the node of k: by Script.Run when w asks nothing,
-// else followed by WAIT (see replicated).
-func (s *redisStore) eval(ctx context.Context, k keyspace, w replicaWait, sc *redis.Script, args ...any) (cmd *redis.Cmd, acked int, waitErr error) {
-	if !w.on() {
-		return sc.Run(ctx, s.rdb, k.keys, args...), 0, nil
-	}
+// evalWaited runs sc once on the node of k, followed by WAIT (see
+// replicated).
+func (s *redisStore) evalWaited(ctx context.Context, k keyspace, w replicaWait, sc *redis.Script, args ...any) (cmd *redis.Cmd, acked int, waitErr error) {
 	node, err := s.nodeFor(ctx, k.id())
 	if err != nil {
 		cmd = redis.NewCmd(ctx)
@@ -176,7 +173,7 @@ func (s *redisStore) refreshWaited(ctx context.Context, batches []refreshBatch, 
 		sends = append(sends, func() {
 			acked, err := s.replicated(ctx, node, w, func(p redis.Pipeliner, load bool) {
 				for _, c := range cs {
-					c.cmd = script(ctx, p, refreshScript, load, batches[c.batch].keys.keys, c.args...)
+					c.cmd = script(ctx, p, refreshScript.Script, load, batches[c.batch].keys.keys, c.args...)
 				}
 			})
 			for _, c := range cs {

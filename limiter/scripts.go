@@ -32,16 +32,25 @@ var (
 	//go:embed waiters.lua
 	waitersLua string
 
-	acquireScript  = redis.NewScript(commonLua + acquireLua)
-	refreshScript  = redis.NewScript(commonLua + refreshLua)
-	releaseScript  = redis.NewScript(commonLua + releaseLua)
-	leaveScript    = redis.NewScript(commonLua + leaveLua)
-	resumeScript   = redis.NewScript(commonLua + resumeLua)
-	holdersScript  = redis.NewScript(commonLua + holdersLua)
-	setTokenScript = redis.NewScript(commonLua + setTokenLua)
-	setLimitScript = redis.NewScript(commonLua + setLimitLua)
-	waitersScript  = redis.NewScript(commonLua + waitersLua)
+	acquireScript  = newScript(acquireLua)
+	refreshScript  = newScript(refreshLua)
+	releaseScript  = newScript(releaseLua)
+	leaveScript    = newScript(leaveLua)
+	resumeScript   = newScript(resumeLua)
+	holdersScript  = newScript(holdersLua)
+	setTokenScript = newScript(setTokenLua)
+	setLimitScript = newScript(setLimitLua)
+	waitersScript  = newScript(waitersLua)
 )
 
-// The hashes of the scripts redisStore.run sends, boxed once.
-var acquireSha, releaseSha any = acquireScript.Hash(), releaseScript.Hash()
+// luaScript is a script with its hash boxed once: an interface holding a
+// string allocates, and acquire and release send theirs on every call.
+type luaScript struct {
+	*redis.Script
+	sha any
+}
+
+func newScript(body string) luaScript {
+	sc := redis.NewScript(commonLua + body)
+	return luaScript{sc, sc.Hash()}
+}

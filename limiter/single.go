@@ -55,10 +55,10 @@ func (s *redisStore) handsOver() bool { return s.fifo }
 const refreshChunk = 2000
 
 func (s *redisStore) acquire(ctx context.Context, k keyspace, r acquireRequest) (acquireReply, error) {
-	args := append(s.evalArgs(acquireSha, k, 14), r.limit, r.weight, s.ms.get(r.ttl.Milliseconds(), box), r.id, r.proposed,
+	args := append(evalArgs(acquireScript, k, 14), r.limit, r.weight, s.ms.get(r.ttl.Milliseconds(), box), r.id, r.proposed,
 		s.owner.get(r.owner, box), r.reclaimAbove, r.wait, queueTTLms, s.channel.get(r.channel, box), flag(s.fifo),
 		flag(r.handoff), s.ms.get(r.quarantine.Milliseconds(), box), flag(r.exactToken))
-	cmd, acked, waitErr := s.run(ctx, acquireScript, k, r.replicas, args)
+	cmd, acked, waitErr := s.eval(ctx, acquireScript, k, r.replicas, args)
 	v, err := cmd.Slice()
 	if err != nil {
 		return acquireReply{}, err
@@ -105,22 +105,22 @@ func (f *firstBox[K, V]) get(k K, mk func(K) V) V {
 	return v
 }
 
-// evalArgs starts the EVALSHA command of a script (sha: its boxed hash)
-// on k, with room for n arguments: one allocation, where Script.Run
-// makes a variadic slice and the command's and boxes the hash and keys.
-func (s *redisStore) evalArgs(sha any, k keyspace, n int) []any {
+// evalArgs starts the EVALSHA command of sc on k, with room for n
+// arguments: one allocation, where Script.Run makes a variadic slice and
+// the command's and boxes the hash and keys.
+func evalArgs(sc luaScript, k keyspace, n int) []any {
 	args := make([]any, 3, 3+len(k.keys)+n)
-	args[0], args[1], args[2] = "evalsha", sha, len(k.keys)
+	args[0], args[1], args[2] = "evalsha", sc.sha, len(k.keys)
 	return append(args, k.args...)
 }
 
-// run sends args from evalArgs as Script.Run would: EVALSHA with its
-// first key marked for routing (a ClusterClient sends it to that key's
-// slot), then EVAL if the server lacks the script. With w on, eval
-// sends it instead, followed by WAIT.
-func (s *redisStore) run(ctx context.Context, sc *redis.Script, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
+// eval runs sc once on the node of k, args being built by evalArgs, as
+// Script.Run would: EVALSHA with its first key marked for routing (a
+// ClusterClient sends it to that key's slot), then EVAL if the server
+// lacks the script. With w on, it is followed by WAIT (evalWaited).
+func (s *redisStore) eval(ctx context.Context, sc luaScript, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
 	if w.on() {
-		return s.eval(ctx, k, w, sc, args[3+len(k.keys):]...)
+		return s.evalWaited(ctx, k, w, sc.Script, args[3+len(k.keys):]...)
 	}
 	cmd = redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
@@ -298,8 +298,8 @@ func refreshArgs(b refreshBatch) [][]any {
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
-	args := append(s.evalArgs(releaseSha, k, 5), r.id, r.token, s.channel.get(r.own, box), flag(r.wake), flag(r.check))
-	cmd, _, _ := s.run(ctx, releaseScript, k, replicaWait{}, args)
+	args := append(evalArgs(releaseScript, k, 5), r.id, r.token, s.channel.get(r.own, box), flag(r.wake), flag(r.check))
+	cmd, _, _ := s.eval(ctx, releaseScript, k, replicaWait{}, args)
 	v, err := cmd.Slice()
 	if err != nil {
 		return releaseReply{}, err
@@ -309,7 +309,8 @@ func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) 
 }
 
 func (s *redisStore) resume(ctx context.Context, k keyspace, r resumeRequest) (acquireReply, error) {
-	cmd, acked, waitErr := s.eval(ctx, k, r.replicas, resumeScript, r.id, r.token, r.ttl.Milliseconds(), r.owner, r.proposed)
+	args := append(evalArgs(resumeScript, k, 5), r.id, r.token, r.ttl.Milliseconds(), r.owner, r.proposed)
+	cmd, acked, waitErr := s.eval(ctx, resumeScript, k, r.replicas, args)
 	v, err := cmd.Result()
 	if err != nil {
 		return acquireReply{}, err
