@@ -556,16 +556,22 @@ func (r Result) withCounts(c counts) Result {
 
 // RunUncontended does n lock+unlock pairs from one goroutine.
 // The process is closed after the counts are taken.
-func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (_ Result, err error) {
+func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (Result, error) {
+	return timeOps(ctx, e, lib, e.key(lib.Name), "uncontended", n, t, func(lock Locker) error { return lockUnlock(ctx, lock) })
+}
+
+// timeOps times n calls of op on a Locker of lib for key in a process of
+// its own, after three to warm up (connection, script cache), and counts
+// the commands they cost.
+func timeOps(ctx context.Context, e *Env, lib Lib, key, scenario string, n int, t Timer, op func(Locker) error) (_ Result, err error) {
 	p := e.newProc()
 	defer closeProc(p, &err)
-	lock, err := lib.New(p, e.key(lib.Name))
+	lock, err := lib.New(p, key)
 	if err != nil {
 		return Result{}, err
 	}
-	// Warm up: connection, script cache.
 	for range 3 {
-		if err := lockUnlock(ctx, lock); err != nil {
+		if err := op(lock); err != nil {
 			return Result{}, fmt.Errorf("%s warm-up: %w", lib.Name, err)
 		}
 	}
@@ -576,7 +582,7 @@ func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (_ Res
 	t.start()
 	start := time.Now()
 	for i := range n {
-		if err := lockUnlock(ctx, lock); err != nil {
+		if err := op(lock); err != nil {
 			return Result{}, fmt.Errorf("%s op %d: %w", lib.Name, i, err)
 		}
 	}
@@ -586,7 +592,7 @@ func RunUncontended(ctx context.Context, e *Env, lib Lib, n int, t Timer) (_ Res
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Scenario: "uncontended", Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
+	return Result{Scenario: scenario, Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
 }
 
 // RunBusy has another process hold the lock with lib, then times n
@@ -604,43 +610,16 @@ func RunBusy(ctx context.Context, e *Env, lib Lib, n int) (_ Result, err error) 
 		return Result{}, fmt.Errorf("%s holder: %w", lib.Name, err)
 	}
 	defer func() { _ = unlock(ctx) }()
-	p := e.newProc()
-	defer closeProc(p, &err)
-	try, err := lib.New(p, key)
-	if err != nil {
-		return Result{}, err
-	}
-	refused := func(i int) error {
-		_, err := try(ctx)
+	return timeOps(ctx, e, lib, key, BusyScenario, n, Timer{}, func(lock Locker) error {
+		_, err := lock(ctx)
 		switch {
 		case err == nil:
-			return fmt.Errorf("%s attempt %d: granted a held lock", lib.Name, i)
+			return errors.New("granted a held lock")
 		case errors.Is(err, limiter.ErrBusy), errors.Is(err, errGaveUp), errors.Is(err, redislock.ErrNotObtained):
 			return nil
 		}
-		return fmt.Errorf("%s attempt %d: %w", lib.Name, i, err)
-	}
-	for i := range 3 { // warm-up: connection, script cache
-		if err := refused(i); err != nil {
-			return Result{}, err
-		}
-	}
-	before, hookBefore, err := e.snapshot(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	start := time.Now()
-	for i := range n {
-		if err := refused(i); err != nil {
-			return Result{}, err
-		}
-	}
-	elapsed := time.Since(start)
-	c, err := e.diff(ctx, lib, before, hookBefore)
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Scenario: BusyScenario, Lib: lib, N: n, Elapsed: elapsed}.withCounts(c), nil
+		return err
+	})
 }
 
 func lockUnlock(ctx context.Context, lock Locker) error {

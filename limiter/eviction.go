@@ -23,11 +23,10 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // ErrEvictingRedis when Redis (any node of it) has a maxmemory and a
 // maxmemory-policy other than noeviction. Without it the Client logs the
 // danger once, at Error level, and goes on. The check is one INFO memory
-// per node, before the Client's first acquisition, and again, of the
-// nodes that did not answer only, before the next (10s later when one
-// timed out); a node
-// found evicting settles it, and a Redis that refuses INFO, e.g. by ACL,
-// is taken as safe and logged at Debug. An acquisition whose ctx ends
+// per node, before the Client's first acquisition, and again before the
+// next, of the nodes that did not answer only (10s later when one timed
+// out); a node found evicting settles it, and a Redis that refuses INFO,
+// e.g. by ACL, is taken as safe and logged at Debug. An acquisition whose ctx ends
 // while it waits for a check in progress goes on to its attempt, which
 // reports that ctx. A Client option: on a Semaphore it has no effect.
 func FailOnEviction() Option { return func(c *config) { c.failOnEviction = true } }

@@ -131,10 +131,7 @@ func (s *Server) Pause(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() {
-		t.Fatalf("redistest: %s: cannot pause, server is not running", s.Addr())
-	}
-	Freeze(t, s.proc.cmd.Process)
+	Freeze(t, s.running(t).cmd.Process)
 }
 
 // Freeze stops p with SIGSTOP and returns once it has stopped (on Linux;
@@ -162,12 +159,19 @@ func (s *Server) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() {
-		t.Fatalf("redistest: %s: cannot send %v, server is not running", s.Addr(), sig)
-	}
-	if err := s.proc.cmd.Process.Signal(sig); err != nil {
+	if err := s.running(t).cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("redistest: %s: send %v: %v", s.Addr(), sig, err)
 	}
+}
+
+// running returns the server's process, failing the test when it is not
+// running. s.mu must be held.
+func (s *Server) running(t testing.TB) *process {
+	t.Helper()
+	if s.proc == nil || s.proc.exited() {
+		t.Fatalf("redistest: %s: the server is not running", s.Addr())
+	}
+	return s.proc
 }
 
 // Stop kills the server (even when paused) and waits for it to exit,
