@@ -126,10 +126,9 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			return err
 		}
 		a.opts.metrics.add(job, EventAdopted)
-		var out error // what the task returns
-		kept := false
-		defer func() { // also when the handler panicked
-			if lost := lease.Err(); !kept && errors.Is(lost, limiter.ErrLeaseLost) {
+		var out error  // what the task returns
+		defer func() { // also when the handler panicked; a parked lease ends as not held, not lost
+			if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
 				a.opts.logger.Warn("redsem scheduler: lock lost while the job ran", "job", job, "task", t.Type(), "err", lost)
 			}
 		}()
@@ -138,7 +137,7 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			out = herr
 			if herr != nil && willRetry(ctx, herr) && lease.Err() == nil {
 				if r := a.keep(ctx, lease, ho, t, herr); r != nil {
-					out, kept = r, true
+					out = r
 				}
 			}
 			return herr
@@ -194,7 +193,7 @@ func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
 	defer cancel()
 	if err := lease.Park(ctx, delay+ho.pickup); err != nil {
-		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry; released unless it was parked after all, and then the retry will be skipped",
+		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry: unless the park landed after all, it is released and the retry will be skipped",
 			"job", ho.job, "task", t.Type(), "err", err)
 		return nil
 	}
