@@ -55,18 +55,18 @@ local function quarantine_left(q)
   return math.max(q - (up - 1) * 1000, 0)
 end
 
-local limit, weight, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local owner, reclaim_above, wait, own = ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[10]
+local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]
+local owner, wait, own = ARGV[6], ARGV[8], ARGV[10]
 local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
 -- One read for everything the common paths need ('?' alone, when this
 -- request does not queue, is never a field).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap')
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'queued')
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
-local total, last, keyexp = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
 local mine = wait ~= '' and st[5]
 -- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
 -- (not on a quorum's nodes: its size is made for the asking limit).
@@ -90,6 +90,7 @@ if st[4] then
     -- on a quorum's node such a lease is what an earlier attempt left,
     -- which its rollback may be removing right now: not to be counted.
     local handed = ARGV[11] == '1' and id == wait
+    local reclaim_above = ARGV[7] ~= '' and tonumber(ARGV[7])
     if holder == owner and ((reclaim_above and tonumber(tok) > reclaim_above) or handed) then
       exp = math.max(exp, score) -- never shorten
       redis.call('ZADD', KEYS[1], fmt(exp), id)
@@ -123,7 +124,7 @@ end
 
 -- In order: the permits of live waiters ahead are spoken for.
 local ahead = 0
-if ARGV[11] == '1' and not conflict then
+if ARGV[11] == '1' and not conflict and st[8] == '1' then
   ahead = queued_ahead(now_ms, wait, limit)
 end
 
@@ -150,14 +151,20 @@ if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limi
   local at = next_keyexp(exp, ttl, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
-  -- formatting; limit and keyexp only when they change.
-  local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', fmt(total + weight), 'token', counter}
+  -- formatting (the first lease's total is its weight); limit, keyexp
+  -- and queued only when they change.
+  local new_total = total == 0 and ARGV[2] or fmt(total + weight)
+  local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', new_total, 'token', counter}
   if st[6] ~= limit_s then
     set[9], set[10] = 'limit', limit_s
   end
   if at then
     local n = #set
     set[n + 1], set[n + 2] = 'keyexp', at
+  end
+  if queue_seen_empty then
+    local n = #set
+    set[n + 1], set[n + 2] = 'queued', '0'
   end
   redis.call(unpack(set))
   if at then expire_keys(at) end
@@ -180,10 +187,10 @@ if wait ~= '' then
     redis.call('ZADD', KEYS[3], seq, wait)
     local at = next_keyexp(wexp, ttl, keyexp)
     if at then
-      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'queued', '1', 'keyexp', at)
       expire_keys(at)
     else
-      redis.call('HSET', KEYS[2], '?' .. wait, rec)
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'queued', '1')
       -- The queue key is new when the queue had emptied (then nobody was
       -- ahead): give it the expiry the other keys have (none while a
       -- fleet limit is set).

@@ -11,6 +11,9 @@
 --                limit  (the limit of the last grant: releases wake and
 --                        hand over by it, each waiter within its own too),
 --                seq    (the last queue ticket),
+--                queued ('1' from the first entry queued until a call
+--                        that finds the queue empty writes '0': see
+--                        walk_queue),
 --                keyexp (when the keys expire)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
 -- Measured with callgrind on Redis 7.0 (instructions per call): running
@@ -28,13 +31,23 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- A decimal string (or false, Redis's nil, kept) as a number: arithmetic
+-- parses it once, where tonumber parses it twice.
+local function num(s)
+  return s and s + 0
+end
+
 -- Server time in microseconds: the only clock the scripts trust. Read
 -- once per call (a script runs as one instant), however many helpers ask.
-local clock
+-- clock_s is the same time as a decimal string, so that a fencing token
+-- taken from the clock needs no formatting. Arithmetic on the strings
+-- parses each once (tonumber parses twice).
+local clock, clock_s
 local function now_us()
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock = t[1] * 1000000 + t[2]
+    clock_s = t[1] .. string.sub('00000' .. t[2], -6)
   end
   return clock
 end
@@ -43,7 +56,7 @@ end
 -- the rest as strings.
 local function parse(v)
   local w, second, third = string.match(v, '^(%d+):(%d+):(.*)$')
-  return tonumber(w), second, third
+  return w + 0, second, third
 end
 
 -- Splits a waiter's record: weight, expiry (ms), handoff ttl (ms), channel,
@@ -61,9 +74,10 @@ end
 -- after a client whose clock was an hour off.
 local PROPOSAL_SKEW = 500000 -- µs
 local function next_token(last, proposed, now)
-  local p = tonumber(proposed)
-  if not p or math.abs(p - now) > PROPOSAL_SKEW then p = now end
-  return fmt(math.max(last + 1, p))
+  local p = proposed ~= '' and tonumber(proposed)
+  if p and math.abs(p - now) <= PROPOSAL_SKEW then return fmt(math.max(last + 1, p)) end
+  if last < now then return clock_s end
+  return fmt(last + 1)
 end
 
 local function clock_ms()
@@ -107,6 +121,15 @@ local function expire_keys(at)
   redis.call('PEXPIREAT', KEYS[3], at)
 end
 
+-- Set when a walk of the queue finds it empty. The state hash's queued
+-- field is '1' from the first entry queued (acquire.lua, the only enqueue,
+-- writes it with the entry) until a call that read '1' and then found the
+-- queue empty writes '0' with its own writes (acquire's grant, release):
+-- never '0' while anyone is queued. Acquire and release skip the queue when
+-- it says '0' or is absent, which spares the uncontended cycle a ZRANGE in
+-- each.
+local queue_seen_empty
+
 -- Visits the queue from its head, at most 64 entries, calling
 -- visit(id, weight, channel, handoff ttl, expiry, own limit) for each live
 -- one until it returns true.
@@ -120,6 +143,7 @@ local function walk_queue(now, visit, keep)
   for _ = 1, 4 do
     local ids = redis.call('ZRANGE', KEYS[3], lo, hi)
     if #ids == 0 then
+      queue_seen_empty = pos == 0
       finished = true
       break
     end

@@ -10,7 +10,7 @@
 -- message published to another Client's waiter).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
-local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap')
+local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'queued')
 if not st[1] then return {0} end
 local w, tok = parse(st[1])
 if want ~= '' and tok ~= want then return {0} end
@@ -23,14 +23,19 @@ if ARGV[5] == '1' then
   if tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') <= now then reply[1] = 0 end
 end
 redis.call('ZREM', KEYS[1], id)
-local g = {total = (tonumber(st[2]) or w) - w, token = tonumber(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
-  limit = st[3], cap = st[6], hdel = {'HDEL', KEYS[2], field}, hset = {'HSET', KEYS[2]}}
-if ARGV[4] == '1' then
+local total = (num(st[2]) or w) - w
+local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
+if ARGV[4] == '1' and st[7] == '1' then
+  local g = {total = total, token = num(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
+    limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = tonumber(st[3]) or math.huge
-  for _, v in ipairs(pass_on(now, limit - g.total, ARGV[3], limit, g)) do reply[#reply + 1] = v end
+  for _, v in ipairs(pass_on(now, limit - total, ARGV[3], limit, g)) do reply[#reply + 1] = v end
+  total = g.total
+  if queue_seen_empty then hset[#hset + 1], hset[#hset + 2] = 'queued', '0' end
 end
-g.hset[#g.hset + 1], g.hset[#g.hset + 2] = 'total', fmt(g.total)
-redis.call(unpack(g.hdel))
-redis.call(unpack(g.hset))
+-- The last lease out leaves '0', which needs no formatting.
+hset[#hset + 1], hset[#hset + 2] = 'total', total == 0 and '0' or fmt(total)
+redis.call(unpack(hdel))
+redis.call(unpack(hset))
 return reply
