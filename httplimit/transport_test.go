@@ -127,7 +127,7 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 	if err != nil || string(rest) != "last\n" {
 		t.Fatalf("rest %q, %v", rest, err)
 	}
-	if n := e.srv.CommandCalls(t)["evalsha"]; n != 1 {
+	if n := redistest.Scripts(e.srv.CommandCalls(t)); n != 1 {
 		t.Fatalf("%d script calls while reading to EOF, want 1 (the release)", n)
 	}
 	if hs := holders(t, observer); len(hs) != 0 {
@@ -137,7 +137,7 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 	if err := resp.Body.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.srv.CommandCalls(t)["evalsha"]; n != 0 {
+	if n := redistest.Scripts(e.srv.CommandCalls(t)); n != 0 {
 		t.Fatalf("Close after EOF made %d script calls: released twice", n)
 	}
 

@@ -22,9 +22,12 @@ import (
 // apply left to right; Redis 6.2 grants every channel by default.
 //
 // The commands, and who sends them:
-//   - evalsha, eval: every operation is a script, sent by EVALSHA, with
-//     EVAL when the server's script cache lacks it (new, restarted, failed
-//     over).
+//   - fcall, function|load: acquire, release and resume run as functions
+//     of a library loaded when the server lacks it (Redis 7+; without
+//     these a Client falls back to EVALSHA: TestACLWithoutFunctions).
+//   - evalsha, eval: every other operation is a script, sent by EVALSHA,
+//     with EVAL when the server's script cache lacks it (new, restarted,
+//     failed over).
 //   - hget: EffectiveLimit (and Available) read the fleet limit directly.
 //   - info: the eviction check (INFO memory) before a Client's first
 //     acquisition; refused, it is silently skipped.
@@ -37,7 +40,7 @@ import (
 //     leases and the queue), pexpireat/persist (key expiry), publish
 //     (waking another Client's waiters).
 const aclSetUser = "ACL SETUSER redsem on >password ~redsem:* resetchannels &redsem:* -@all" +
-	" +evalsha +eval +hget +info +scan +subscribe +ping" +
+	" +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping" +
 	" +time +hmget +hset +hdel +hincrby" +
 	" +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore" +
 	" +pexpireat +persist +publish"
@@ -247,6 +250,48 @@ func TestACL(t *testing.T) {
 	}
 	for _, rec := range logs.all() {
 		t.Errorf("logged: %s", rec)
+	}
+}
+
+// A user without FCALL or FUNCTION LOAD (a Redis 6.2 line, or an
+// operator's choice) still runs everything: each Client is refused once
+// and sends EVALSHA from then on.
+func TestACLWithoutFunctions(t *testing.T) {
+	for _, drop := range []string{" +fcall", " +function|load"} {
+		t.Run(strings.TrimPrefix(drop, " +"), func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			ctx := ctxT(t, 30*time.Second)
+			admin := srv.Client(t)
+			if err := admin.Do(ctx, aclArgs(strings.Replace(aclSetUser, drop, "", 1))...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "redsem", "password" })
+			if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
+				t.Fatal(err)
+			}
+			mu, err := redistest.Limiter(t, rdb).Mutex("nofunctions")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				l, err := mu.TryAcquire(ctx)
+				if err != nil {
+					t.Fatal("TryAcquire:", err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal("Release:", err)
+				}
+			}
+			calls := srv.CommandCalls(t)
+			// FCALL counts once when the server, not the ACL, refused it
+			// (its function was not loaded), never after.
+			if calls["evalsha"]+calls["eval"] < 6 || calls["fcall"] > 1 {
+				t.Fatalf("3 cycles: %v; want them by EVALSHA", calls)
+			}
+			if refused := aclRefusals(t, ctx, admin); len(refused) != 1 {
+				t.Fatalf("refusals %q; want one, the first FCALL or FUNCTION LOAD", refused)
+			}
+		})
 	}
 }
 

@@ -154,7 +154,7 @@ func runHandoff(b *testing.B, sem *limiter.Semaphore, calls func(testing.TB) map
 // round trips.
 func sentCommands(calls map[string]int64) int64 {
 	var n int64
-	for _, c := range []string{"evalsha", "eval", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "ping"} {
+	for _, c := range []string{"fcall", "evalsha", "eval", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "ping"} {
 		n += calls[c]
 	}
 	return n

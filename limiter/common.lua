@@ -43,6 +43,15 @@ end
 -- taken from the clock needs no formatting. Arithmetic on the strings
 -- parses each once (tonumber parses twice).
 local clock, clock_s
+local queue_seen_empty -- see walk_queue
+
+-- Forgets what the last call cached: a script run by EVAL starts fresh,
+-- but a function in a library (scripts.go) shares these upvalues with
+-- every call before it.
+local function begin_call()
+  clock, clock_s, queue_seen_empty = nil, nil, nil
+end
+
 local function now_us()
   if not clock then
     local t = redis.call('TIME')
@@ -121,15 +130,13 @@ local function expire_keys(at)
   redis.call('PEXPIREAT', KEYS[3], at)
 end
 
--- Set when a walk of the queue finds it empty. The state hash's queued
--- field is '1' from the first entry queued (acquire.lua, the only enqueue,
--- writes it with the entry) until a call that read '1' and then found the
--- queue empty writes '0' with its own writes (acquire's grant, release):
--- never '0' while anyone is queued. Acquire and release skip the queue when
--- it says '0' or is absent, which spares the uncontended cycle a ZRANGE in
--- each.
-local queue_seen_empty
-
+-- The state hash's queued field is '1' from the first entry queued
+-- (acquire.lua, the only enqueue, writes it with the entry) until a call
+-- that read '1' and whose walk below then found the queue empty
+-- (queue_seen_empty) writes '0' with its own writes (acquire's grant,
+-- release): never '0' while anyone is queued. Acquire and release skip
+-- the queue when it says '0' or is absent, which spares the uncontended
+-- cycle a ZRANGE in each.
 -- Visits the queue from its head, at most 64 entries, calling
 -- visit(id, weight, channel, handoff ttl, expiry, own limit) for each live
 -- one until it returns true.

@@ -47,7 +47,7 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 }
 
 // ScriptCall returns the ARGV of a go-redis command when it runs the
-// named script ("acquire", "release" or "settoken") by EVALSHA or EVAL: test hooks
+// named script ("acquire", "release" or "settoken") by FCALL, EVALSHA or EVAL: test hooks
 // recognise calls by the script, not by how many arguments it has today.
 func ScriptCall(name string, args []any) (argv []any, ok bool) {
 	sc, known := map[string]luaScript{"acquire": acquireScript, "release": releaseScript, "settoken": setTokenScript}[name]
@@ -55,6 +55,8 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 		return nil, false
 	}
 	switch args[0] {
+	case "fcall":
+		ok = args[1] == sc.fn
 	case "evalsha":
 		ok = args[1] == sc.Hash()
 	case "eval":

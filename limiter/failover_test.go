@@ -232,7 +232,7 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 	}
 	for _, s := range cl.Servers() {
 		calls := s.CommandCalls(t)
-		scripts := calls["evalsha"] + calls["eval"]
+		scripts := redistest.Scripts(calls)
 		if mine := s.Addr() == owner.Options().Addr; mine != (calls["wait"] > 0) || mine != (scripts > 0) {
 			t.Errorf("node %s (owns the name: %t): %d WAIT, %d script calls", s.Addr(), mine, calls["wait"], scripts)
 		}

@@ -52,7 +52,7 @@ func TestOneWakePerRelease(t *testing.T) {
 	srv.ResetStats(t)
 	time.Sleep(1500 * time.Millisecond) // a keep-alive round, nothing else
 	idle := srv.CommandCalls(t)
-	if scripts := idle["evalsha"] + idle["eval"]; scripts > 2*clients {
+	if scripts := redistest.Scripts(idle); scripts > 2*clients {
 		t.Fatalf("%d script calls in 1.5s while %d waiters wait on a held mutex; want only the keep-alive (~1 per Client)", scripts, clients*perClient)
 	}
 	srv.ResetStats(t)
@@ -64,9 +64,9 @@ func TestOneWakePerRelease(t *testing.T) {
 	calls := srv.CommandCalls(t)
 	// Scripts: the release, the head's acquire, and at most one keep-alive
 	// per Client that happened to fall due meanwhile.
-	if calls["publish"] > 1 || calls["evalsha"]+calls["eval"] > 2+clients {
+	if calls["publish"] > 1 || redistest.Scripts(calls) > 2+clients {
 		t.Fatalf("one release with %d waiters: %d PUBLISH, %d script calls; want 1 and 2 (release, the head's acquire) plus keep-alives",
-			clients*perClient, calls["publish"], calls["evalsha"]+calls["eval"])
+			clients*perClient, calls["publish"], redistest.Scripts(calls))
 	}
 	// Drain: each release hands on to exactly the next.
 	for range clients*perClient - 1 {
@@ -196,7 +196,7 @@ func TestReleaseHandsTheLeaseOver(t *testing.T) {
 				t.FailNow()
 			}
 			calls := b.calls(t)
-			if scripts := calls["evalsha"] + calls["eval"]; scripts != 1 || calls["publish"] != c.pubs {
+			if scripts := redistest.Scripts(calls); scripts != 1 || calls["publish"] != c.pubs {
 				t.Fatalf("%s: the handoff took %d script calls and %d PUBLISH, want the release alone and %d", c.name, scripts, calls["publish"], c.pubs)
 			}
 			if next.Token() <= l.Token() || next.Err() != nil {

@@ -25,6 +25,10 @@ type redisStore struct {
 	// (the quarantine defaults to it).
 	owner, channel firstBox[string, any]
 	ms             firstBox[int64, any]
+	// noFunctions: the server cannot run or load the function library
+	// (Redis before 7, an ACL without FCALL or FUNCTION LOAD, a fake), so
+	// eval sends EVALSHA.
+	noFunctions atomic.Bool
 }
 
 func newRedisStore(rdb redis.UniversalClient, fifo bool) *redisStore {
@@ -114,21 +118,82 @@ func evalArgs(sc luaScript, k keyspace, n int) []any {
 	return append(args, k.args...)
 }
 
-// eval runs sc once on the node of k, args being built by evalArgs, as
-// Script.Run would: EVALSHA with its first key marked for routing (a
-// ClusterClient sends it to that key's slot), then EVAL if the server
-// lacks the script. With w on, it is followed by WAIT (evalWaited).
+// eval runs sc once on the node of k, args being built by evalArgs: its
+// function by FCALL, with its first key marked for routing (a
+// ClusterClient sends it to that key's slot). A server that lacks the
+// library is given it (FUNCTION LOAD) and asked again; one that cannot
+// take it gets EVALSHA from then on, and EVAL if it lacks the script. With
+// w on, it is EVALSHA followed by WAIT (evalWaited). Each fallback follows
+// an error that Redis returns before running anything, so no call runs
+// twice.
 func (s *redisStore) eval(ctx context.Context, sc luaScript, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
 	if w.on() {
 		return s.evalWaited(ctx, k, w, sc.Script, args[3+len(k.keys):]...)
 	}
-	cmd = redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = s.rdb.Process(ctx, cmd)
+	if !s.noFunctions.Load() {
+		args[0], args[1] = "fcall", sc.fn
+		cmd = s.send(ctx, args)
+		if !isNoFunction(cmd.Err()) {
+			return cmd, 0, nil
+		}
+		if s.loadFunctions(ctx, cmd.Err()) {
+			if cmd = s.send(ctx, args); !isNoFunction(cmd.Err()) {
+				return cmd, 0, nil
+			}
+		}
+		args[0], args[1] = "evalsha", sc.sha
+	}
+	cmd = s.send(ctx, args)
 	if isNoScript(cmd.Err()) {
 		cmd = sc.Eval(ctx, s.rdb, k.keys, args[3+len(k.keys):]...)
 	}
 	return cmd, 0, nil
+}
+
+func (s *redisStore) send(ctx context.Context, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.rdb.Process(ctx, cmd)
+	return cmd
+}
+
+// isNoFunction: FCALL did not run because the server lacks the function
+// (restarted, flushed, or never given it), the command (Redis before 7)
+// or the permission (an ACL).
+func isNoFunction(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "Function not found") || isRefused(err))
+}
+
+func isRefused(err error) bool {
+	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM")
+}
+
+// loadFunctions loads the library on every master that may serve a key
+// (a Cluster's or a Ring's every one: which node FCALL reached is not
+// known here), after FCALL failed with callErr. It reports whether FCALL
+// may now succeed; a server that refused FCALL or FUNCTION LOAD is not
+// asked again.
+func (s *redisStore) loadFunctions(ctx context.Context, callErr error) bool {
+	if isRefused(callErr) {
+		s.noFunctions.Store(true)
+		return false
+	}
+	load := func(ctx context.Context, c *redis.Client) error {
+		return c.FunctionLoadReplace(ctx, functions).Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	default:
+		err = s.rdb.FunctionLoadReplace(ctx, functions).Err()
+	}
+	if err != nil && isRefused(err) {
+		s.noFunctions.Store(true)
+	}
+	return err == nil
 }
 
 func parseAcquire(v []any) (acquireReply, error) {

@@ -152,7 +152,8 @@ func TestTLSCommandCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Loads the script, so the counted acquire below is a plain EVALSHA.
+	// Loads the function library, so the counted acquire below is a plain
+	// FCALL.
 	warm, err := sem.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -160,13 +161,13 @@ func TestTLSCommandCalls(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if srv.CommandCalls(t)["evalsha"] == 0 {
-		t.Fatal("no evalsha counted for an acquire and a release")
+	if srv.CommandCalls(t)["fcall"] == 0 {
+		t.Fatal("no fcall counted for an acquire and a release")
 	}
 
 	srv.ResetStats(t)
-	if n := srv.CommandCalls(t)["evalsha"]; n != 0 {
-		t.Fatalf("evalsha after ResetStats = %d, want 0", n)
+	if n := srv.CommandCalls(t)["fcall"]; n != 0 {
+		t.Fatalf("fcall after ResetStats = %d, want 0", n)
 	}
 	l, err := sem.TryAcquire(ctx)
 	if err != nil {
@@ -174,7 +175,7 @@ func TestTLSCommandCalls(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	calls := srv.CommandCalls(t)
-	if calls["evalsha"] < 1 || calls["eval"] != 0 {
-		t.Fatalf("one acquire: %d evalsha, %d eval; want at least 1 and 0", calls["evalsha"], calls["eval"])
+	if calls["fcall"] != 1 || redistest.Scripts(calls) != 1 || calls["function|load"] != 0 {
+		t.Fatalf("one acquire: %v; want one FCALL and nothing loaded", calls)
 	}
 }

@@ -34,6 +34,12 @@ func (s *Server) CommandCalls(t testing.TB) map[string]int64 {
 	return calls
 }
 
+// Scripts sums the script calls in calls (from CommandCalls): EVAL,
+// EVALSHA and FCALL, however the library sent them.
+func Scripts(calls map[string]int64) int64 {
+	return calls["eval"] + calls["evalsha"] + calls["fcall"]
+}
+
 // ResetStats clears the server's statistics (CONFIG RESETSTAT) so a test
 // can count calls from a known zero point.
 func (s *Server) ResetStats(t testing.TB) {

@@ -99,6 +99,8 @@ func (h attemptHook) isAcquire(args []any) bool {
 	name, _ := args[0].(string)
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
+	case "fcall":
+		return arg == "redsem_"+h.sha // its function's name (limiter/scripts.go)
 	case "evalsha":
 		return arg == h.sha
 	case "eval":
