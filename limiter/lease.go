@@ -31,14 +31,20 @@ type Lease struct {
 	token  string
 	weight int64
 	ttl    time.Duration
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	// parent is the context it was acquired or resumed with, whose values
+	// ctx carries.
+	parent context.Context
 	// acquired is when the request that granted it was sent.
 	acquired time.Time
 
-	mu   sync.Mutex
-	err  error // why the lease ended; nil while held
-	auto bool  // kept alive by the refresher
+	mu  sync.Mutex
+	err error // why the lease ended; nil while held
+	// ctx is made on first use (Context, Done, Run), cancelled by end:
+	// most leases are released without anyone asking, and making it
+	// costs two allocations.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	auto   bool // kept alive by the refresher
 	// handedOff: StopRefresh gave it to another process; Close leaves it.
 	handedOff bool
 	// short: Redis keeps it for less than its TTL until a refresh (a
@@ -61,11 +67,9 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r acq
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
-	ctx, cancel := context.WithCancelCause(detach(parent))
-	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, ctx: ctx, cancel: cancel,
+	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, parent: parent,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
 	if !s.c.track(l) { // before the watchdog, whose end untracks it
-		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
 	l.mu.Lock() // the watchdog may fire before newLease returns
@@ -105,12 +109,22 @@ func (l *Lease) Ticket() Ticket {
 }
 
 // Done is closed when the lease ends: lost, expired, or released.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
 // Context carries the values of the context the lease was acquired or
 // resumed with, and is cancelled when the lease ends; context.Cause is
 // ErrLeaseLost after a loss and ErrNotHeld after Release.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(detach(l.parent))
+		if l.err != nil {
+			l.cancel(l.err)
+		}
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lease is held, an error matching ErrLeaseLost
 // (with the reason) once it was lost or ran out its TTL, and one matching
@@ -311,12 +325,14 @@ func (l *Lease) end(err error, lost bool) bool {
 	if l.watchdog != nil { // nil while newLease is still setting it up
 		l.watchdog.Stop()
 	}
+	if l.cancel != nil {
+		l.cancel(err)
+	}
 	l.mu.Unlock()
 
 	s := l.sem
 	s.c.refresher.remove(l)
 	s.c.untrack(l)
-	l.cancel(err)
 	s.cfg.metrics.held(s.name, -1)
 	if !lost {
 		return true

@@ -283,6 +283,17 @@ func (c *config) drift(ttl time.Duration) time.Duration {
 // AcquireOption shapes one acquisition.
 type AcquireOption func(*acquireRequest)
 
+// with applies opts to a copy of r. Only a request with options pays
+// for it: an option takes r's address, which moves r to the heap.
+func (r acquireRequest) with(opts []AcquireOption) acquireRequest {
+	for _, o := range opts {
+		if o != nil {
+			o(&r)
+		}
+	}
+	return r
+}
+
 // Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
 func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight = n } }
 

@@ -40,7 +40,8 @@ func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (er
 	}
 	runCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseCtxKey{}, l))
 	defer cancel(nil)
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	leaseCtx := l.Context()
+	stop := context.AfterFunc(leaseCtx, func() { cancel(context.Cause(leaseCtx)) })
 	defer func() {
 		stop()
 		lost := l.Err()

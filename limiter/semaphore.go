@@ -46,10 +46,8 @@ func (s *Semaphore) Limit() int64 { return s.limit }
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
 	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel,
 		quarantine: s.cfg.quarantine, replicas: s.cfg.replicas}
-	for _, o := range opts {
-		if o != nil {
-			o(&r)
-		}
+	if len(opts) > 0 {
+		r = r.with(opts)
 	}
 	switch {
 	case ctx == nil:
@@ -148,7 +146,8 @@ func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acqu
 			// it may have granted rather than leave it for the TTL. A
 			// caller-given id is left for the caller's retry to reclaim;
 			// a quorum rolled its attempt back itself.
-			s.c.spawn(func() { s.forget(r.id, "") })
+			id := r.id // not r: a closure over r would move it to the heap on every call
+			s.c.spawn(func() { s.forget(id, "") })
 		}
 		return nil, rep, redisError("acquire", s.name, err)
 	}
