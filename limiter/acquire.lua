@@ -35,9 +35,11 @@ end
 
 -- Milliseconds until the earliest live lease expires (fallback when
 -- none). One expired but not yet swept would say "now", and a waiter
--- would poll every millisecond until someone swept it.
+-- would poll every millisecond until someone swept it. A sweep that found
+-- nothing expired has read it already (first_lease; nothing since changed
+-- the leases).
 local function earliest(now_ms, fallback)
-  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first = first_lease or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 or first[1] == '' then return fallback end
   return math.max(tonumber(first[2]) - now_ms, 0)
 end
@@ -63,7 +65,7 @@ local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
 -- One read for everything the common paths need ('?' alone, when this
 -- request does not queue, is never a field).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'queued')
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied')
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
@@ -124,7 +126,7 @@ end
 
 -- In order: the permits of live waiters ahead are spoken for.
 local ahead = 0
-if ARGV[11] == '1' and not conflict and st[8] == '1' then
+if ARGV[11] == '1' and not conflict and st[8] ~= st[9] then
   ahead = queued_ahead(now_ms, wait, limit)
 end
 
@@ -152,7 +154,7 @@ if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limi
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
   -- formatting (the first lease's total is its weight); limit, keyexp
-  -- and queued only when they change.
+  -- and emptied only when they change.
   local new_total = total == 0 and ARGV[2] or fmt(total + weight)
   local set = {'HSET', KEYS[2], field, ARGV[2] .. ':' .. tok .. ':' .. owner, 'total', new_total, 'token', counter}
   if st[6] ~= limit_s then
@@ -162,9 +164,9 @@ if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limi
     local n = #set
     set[n + 1], set[n + 2] = 'keyexp', at
   end
-  if queue_seen_empty then
+  if queue_seen_empty and st[8] then
     local n = #set
-    set[n + 1], set[n + 2] = 'queued', '0'
+    set[n + 1], set[n + 2] = 'emptied', st[8]
   end
   redis.call(unpack(set))
   if at then expire_keys(at) end
@@ -187,10 +189,10 @@ if wait ~= '' then
     redis.call('ZADD', KEYS[3], seq, wait)
     local at = next_keyexp(wexp, ttl, keyexp)
     if at then
-      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'queued', '1', 'keyexp', at)
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
       expire_keys(at)
     else
-      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'queued', '1')
+      redis.call('HSET', KEYS[2], '?' .. wait, rec)
       -- The queue key is new when the queue had emptied (then nobody was
       -- ahead): give it the expiry the other keys have (none while a
       -- fleet limit is set).

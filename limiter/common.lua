@@ -11,9 +11,8 @@
 --                limit  (the limit of the last grant: releases wake and
 --                        hand over by it, each waiter within its own too),
 --                seq    (the last queue ticket),
---                queued ('1' from the first entry queued until a call
---                        that finds the queue empty writes '0': see
---                        walk_queue),
+--                emptied (seq when a call last found the queue empty:
+--                        see walk_queue),
 --                keyexp (when the keys expire)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
 -- Measured with callgrind on Redis 7.0 (instructions per call): running
@@ -44,12 +43,13 @@ end
 -- parses each once (tonumber parses twice).
 local clock, clock_s
 local queue_seen_empty -- see walk_queue
+local first_lease -- see sweep
 
 -- Forgets what the last call cached: a script run by EVAL starts fresh,
 -- but a function in a library (scripts.go) shares these upvalues with
 -- every call before it.
 local function begin_call()
-  clock, clock_s, queue_seen_empty = nil, nil, nil
+  clock, clock_s, queue_seen_empty, first_lease = nil, nil, nil, nil
 end
 
 local function now_us()
@@ -99,7 +99,16 @@ end
 local SWEEP_MAX = 100
 
 -- Drops expired leases (at most SWEEP_MAX); returns the permits freed.
+-- It first looks at the lease that expires first: when that one is live,
+-- nothing is to be dropped, and it is kept in first_lease ({id, expiry},
+-- or {'', 'inf'} when none) for a refused acquire's retry hint
+-- (acquire.lua's earliest), which then needs no call of its own.
 local function sweep(now_ms)
+  local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+  if #head == 0 or head[1] == '' or num(head[2]) > now_ms then
+    first_lease = head
+    return 0
+  end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
   if #gone == 0 then return 0 end
   local fields = {}
@@ -130,13 +139,14 @@ local function expire_keys(at)
   redis.call('PEXPIREAT', KEYS[3], at)
 end
 
--- The state hash's queued field is '1' from the first entry queued
--- (acquire.lua, the only enqueue, writes it with the entry) until a call
--- that read '1' and whose walk below then found the queue empty
--- (queue_seen_empty) writes '0' with its own writes (acquire's grant,
--- release): never '0' while anyone is queued. Acquire and release skip
--- the queue when it says '0' or is absent, which spares the uncontended
--- cycle a ZRANGE in each.
+-- Every enqueue takes a ticket (seq, acquire.lua), and a call whose walk
+-- below found the queue empty (queue_seen_empty) writes the seq it read
+-- as emptied with its own writes (acquire's grant, release). While the two
+-- are equal nobody has queued since the queue was seen empty, so acquire
+-- and release skip the walk: the uncontended cycle runs no ZRANGE. A
+-- ticket is the hint, not a flag set beside the entry, so a waiter queued
+-- by a Client that knows nothing of emptied (an older version, mid-upgrade)
+-- is walked to all the same.
 -- Visits the queue from its head, at most 64 entries, calling
 -- visit(id, weight, channel, handoff ttl, expiry, own limit) for each live
 -- one until it returns true.

@@ -10,7 +10,7 @@
 -- message published to another Client's waiter).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
-local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'queued')
+local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'seq', 'emptied')
 if not st[1] then return {0} end
 local w, tok = parse(st[1])
 if want ~= '' and tok ~= want then return {0} end
@@ -25,14 +25,14 @@ end
 redis.call('ZREM', KEYS[1], id)
 local total = (num(st[2]) or w) - w
 local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
-if ARGV[4] == '1' and st[7] == '1' then
+if ARGV[4] == '1' and st[7] ~= st[8] then
   local g = {total = total, token = num(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = tonumber(st[3]) or math.huge
   for _, v in ipairs(pass_on(now, limit - total, ARGV[3], limit, g)) do reply[#reply + 1] = v end
   total = g.total
-  if queue_seen_empty then hset[#hset + 1], hset[#hset + 2] = 'queued', '0' end
+  if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
 end
 -- The last lease out leaves '0', which needs no formatting.
 hset[#hset + 1], hset[#hset + 2] = 'total', total == 0 and '0' or fmt(total)

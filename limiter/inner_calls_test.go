@@ -1,0 +1,203 @@
+package limiter_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// The Redis commands the scripts run (commandstats counts them) are most of
+// a cycle's server time: these pin what the hot paths may run, so a change
+// that makes them walk the queue or sweep again shows here, not only in a
+// benchmark.
+
+// An uncontended acquire+release reads no sorted set: nobody waits (the
+// queue was seen empty at the last ticket) and there is room (no sweep).
+func TestUncontendedCycleReadsNoSet(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb := srv.Client(t)
+	mu, err := newMutex(t, rdb, "inner-uncontended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle := func() {
+		t.Helper()
+		l, err := mu.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A waiter came and went: the hint was '1' and must be cleared by the
+	// next grant or release that finds the queue empty.
+	holder, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := mu.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey("inner-uncontended")).Val() == 1 })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	cycle()
+
+	srv.ResetStats(t)
+	const n = 20
+	for range n {
+		cycle()
+	}
+	calls := srv.CommandCalls(t)
+	if s := redistest.Scripts(calls); s != 2*n {
+		t.Fatalf("%d cycles ran %d scripts, want %d: %v", n, s, 2*n, calls)
+	}
+	for _, cmd := range []string{"zrange", "zrangebyscore", "zcard", "zscore"} {
+		if calls[cmd] != 0 {
+			t.Errorf("%d uncontended cycles ran %s %d times, want none: %v", n, cmd, calls[cmd], calls)
+		}
+	}
+}
+
+// A refused TryAcquire reads the leases once: the sweep's look at the
+// earliest lease also answers when to retry.
+func TestRefusedTryReadsLeasesOnce(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb := srv.Client(t)
+	holderMu, err := newMutex(t, rdb, "inner-busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu, err := newMutex(t, rdb, "inner-busy") // another Client
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := holderMu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if _, err := mu.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("TryAcquire on a held mutex: %v, want ErrBusy", err)
+	}
+
+	srv.ResetStats(t)
+	const n = 20
+	for range n {
+		if _, err := mu.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+			t.Fatalf("TryAcquire on a held mutex: %v, want ErrBusy", err)
+		}
+	}
+	calls := srv.CommandCalls(t)
+	if s := redistest.Scripts(calls); s != n {
+		t.Fatalf("%d refused tries ran %d scripts: %v", n, s, calls)
+	}
+	if calls["zrange"]+calls["zrangebyscore"] != n {
+		t.Errorf("%d refused tries read the leases %d times (zrange %d, zrangebyscore %d), want once each: %v",
+			n, calls["zrange"]+calls["zrangebyscore"], calls["zrange"], calls["zrangebyscore"], calls)
+	}
+}
+
+// A waiter queued by a Client that writes only what an enqueue always
+// wrote (the ticket, the queue entry, the waiter's record: an older
+// version, mid-upgrade) is woken by the next release, and no newcomer
+// overtakes it, though the queue had been seen empty before.
+func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb := srv.Client(t)
+	const name = "inner-mixed"
+	mu, err := newMutex(t, rdb, name, limiter.TTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter comes and goes, so a later call finds the queue empty and
+	// says so in the state.
+	held, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := mu.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if held, err = mu.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const channel = "inner-mixed-old-client"
+	sub := rdb.Subscribe(ctx, channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := strings.TrimSuffix(queueKey(name), "queue") + "state"
+	seq, err := rdb.HIncrBy(ctx, state, "seq", 1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "<weight>:<expiry ms>:<handoff ttl ms>:<own limit>:<channel>", handoff 0: wake only.
+	rec := fmt.Sprintf("1:%d:0:1:%s", ms.UnixMilli()+10_000, channel)
+	if err := rdb.ZAdd(ctx, queueKey(name), redis.Z{Score: float64(seq), Member: "w-old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, state, "?w-old", rec).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-sub.Channel():
+		if m.Payload != "w-old" {
+			t.Fatalf("the older Client's waiter was told %q, want its wait id", m.Payload)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the release did not wake the waiter an older Client queued")
+	}
+	other, err := newMutex(t, srv.Client(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := other.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("a newcomer's TryAcquire with a live waiter queued ahead: %v, want ErrBusy", err)
+	}
+}
