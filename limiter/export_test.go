@@ -68,3 +68,12 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 	}
 	return args[3+keys:], true
 }
+
+// OtherVersionLibrary is the function library a version whose release
+// script differs from this one's would load.
+func OtherVersionLibrary() string {
+	acq, rel, res := acquireScript, releaseScript, resumeScript
+	rel.body += "\n-- another version\n"
+	return newLibrary(libraryFunction{"acquire", &acq, ""}, libraryFunction{"release", &rel, "allow-oom"},
+		libraryFunction{"resume", &res, ""})
+}

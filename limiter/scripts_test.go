@@ -2,10 +2,14 @@ package limiter_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
 )
 
 // A server that lost its scripts and functions (SCRIPT FLUSH, FUNCTION
@@ -45,5 +49,66 @@ func flush(t *testing.T, rdb redis.UniversalClient) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two versions share a server whose acquire is the same and whose release
+// differs: each loads its library once, and neither's names stand in the
+// other's way (function names are global on a server).
+func TestLibrariesOfTwoVersions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb := srv.Client(t)
+	if err := rdb.FunctionLoad(ctx, limiter.OtherVersionLibrary()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mu, _ := newMutex(t, rdb, "two-versions")
+	srv.ResetStats(t)
+	const cycles = 5
+	for range cycles {
+		l, err := mu.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := srv.CommandCalls(t)
+	if calls["function|load"] != 1 || calls["fcall"] != 2*cycles+1 || calls["evalsha"]+calls["eval"] != 0 {
+		t.Fatalf("%d cycles beside another version's library: %v; want one FUNCTION LOAD and every script by FCALL", cycles, calls)
+	}
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(libs) != 2 {
+		t.Fatalf("%d libraries on the server, want both versions'", len(libs))
+	}
+}
+
+// Redis out of memory (maxmemory, noeviction) refuses a script that may
+// write before it runs: a release must still give the permits back.
+func TestReleaseAtMaxmemory(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb := srv.Client(t)
+	mu, _ := newMutex(t, rdb, "oom", limiter.TTL(time.Minute))
+	l, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.ConfigSet(context.Background(), "maxmemory", "0")
+	if _, err := mu.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("an acquire out of memory: %v, want Redis's OOM refusal", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal("Release out of memory:", err)
+	}
+	if n := rdb.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
+		t.Fatalf("%d members in the leases set after the release, want only the placeholder", n)
 	}
 }

@@ -100,7 +100,7 @@ func (h attemptHook) isAcquire(args []any) bool {
 	arg, _ := args[1].(string)
 	switch strings.ToLower(name) {
 	case "fcall":
-		return arg == "redsem_"+h.sha // its function's name (limiter/scripts.go)
+		return strings.HasPrefix(arg, "redsem_") && strings.HasSuffix(arg, "_acquire") // its function (limiter/scripts.go)
 	case "evalsha":
 		return arg == h.sha
 	case "eval":
