@@ -38,27 +38,9 @@ func TestUncontendedCycleReadsNoSet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A waiter came and went: the hint was '1' and must be cleared by the
-	// next grant or release that finds the queue empty.
-	holder, err := mu.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := mu.Acquire(ctx)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey("inner-uncontended")).Val() == 1 })
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	// A waiter came and went: the next grant or release finds the queue
+	// empty and says so in the state.
+	waiterComesAndGoes(t, rdb, mu, "inner-uncontended")
 	cycle()
 
 	srv.ResetStats(t)
@@ -130,28 +112,9 @@ func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A waiter comes and goes, so a later call finds the queue empty and
-	// says so in the state.
+	waiterComesAndGoes(t, rdb, mu, name)
 	held, err := mu.TryAcquire(ctx)
 	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := mu.Acquire(ctx)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	if held, err = mu.TryAcquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -199,5 +162,31 @@ func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 		t.Fatalf("a newcomer's TryAcquire with a live waiter queued ahead: %v, want ErrBusy", err)
+	}
+}
+
+// waiterComesAndGoes holds mu while another goroutine queues for it, then
+// lets the waiter take it and release it.
+func waiterComesAndGoes(t *testing.T, rdb *redis.Client, mu *limiter.Mutex, name string) {
+	t.Helper()
+	ctx := ctxT(t, 20*time.Second)
+	held, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := mu.Acquire(ctx)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }
