@@ -72,8 +72,14 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 // OtherVersionLibrary is the function library a version whose release
 // script differs from this one's would load.
 func OtherVersionLibrary() string {
-	acq, rel, res := acquireScript, releaseScript, resumeScript
-	rel.body += "\n-- another version\n"
-	return newLibrary(libraryFunction{"acquire", &acq, ""}, libraryFunction{"release", &rel, "allow-oom"},
-		libraryFunction{"resume", &res, ""})
+	var fns []libraryFunction
+	for _, f := range libraryFunctions {
+		sc := *f.sc
+		if f.name == "release" {
+			sc.body += "\n-- another version\n"
+		}
+		f.sc = &sc
+		fns = append(fns, f)
+	}
+	return newLibrary(fns...)
 }

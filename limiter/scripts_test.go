@@ -88,27 +88,43 @@ func TestLibrariesOfTwoVersions(t *testing.T) {
 }
 
 // Redis out of memory (maxmemory, noeviction) refuses a script that may
-// write before it runs: a release must still give the permits back.
-func TestReleaseAtMaxmemory(t *testing.T) {
+// write before it runs: no new grant then, but holders must keep their
+// leases (refresh), take over parked ones (resume) and give them back
+// (release).
+func TestHoldersAtMaxmemory(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb := srv.Client(t)
-	mu, _ := newMutex(t, rdb, "oom", limiter.TTL(time.Minute))
-	l, err := mu.TryAcquire(ctx)
+	sem, _ := newSemaphore(t, rdb, "oom", 3, limiter.TTL(time.Minute))
+	l, err := sem.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	parked, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := parked.Ticket()
 	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	defer rdb.ConfigSet(context.Background(), "maxmemory", "0")
-	if _, err := mu.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
+	if _, err := sem.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("an acquire out of memory: %v, want Redis's OOM refusal", err)
 	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal("Release out of memory:", err)
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal("Refresh out of memory:", err)
+	}
+	resumed, err := sem.Resume(ctx, ticket)
+	if err != nil {
+		t.Fatal("Resume out of memory:", err)
+	}
+	for _, l := range []*limiter.Lease{l, resumed} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal("Release out of memory:", err)
+		}
 	}
 	if n := rdb.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
-		t.Fatalf("%d members in the leases set after the release, want only the placeholder", n)
+		t.Fatalf("%d members in the leases set after the releases, want only the placeholder", n)
 	}
 }

@@ -299,33 +299,40 @@ func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refr
 	return out
 }
 
-// refreshPlain sends calls as one pipeline by EVALSHA, and those the
-// server lacked the script for again by EVAL (a lone call by Script.Run,
-// which does both).
+// refreshPlain sends calls as one pipeline, each as eval would send it
+// (FCALL, or EVALSHA on a server without functions); a call the server
+// lacked the function or script for goes again through eval, which loads
+// it. A lone call goes through eval directly.
 func (s *redisStore) refreshPlain(ctx context.Context, batches []refreshBatch, calls []*refreshCall) {
-	run := func(sc redis.Scripter, c *refreshCall, fallback bool) {
-		if fallback {
-			c.cmd = refreshScript.Run(ctx, sc, batches[c.batch].keys.keys, c.args...)
-		} else {
-			c.cmd = refreshScript.EvalSha(ctx, sc, batches[c.batch].keys.keys, c.args...)
-		}
+	command := func(c *refreshCall) (keyspace, []any) {
+		k := batches[c.batch].keys
+		return k, append(evalArgs(refreshScript, k, len(c.args)), c.args...)
 	}
 	switch len(calls) {
 	case 0:
 		return
 	case 1:
-		run(s.rdb, calls[0], true)
+		k, args := command(calls[0])
+		calls[0].cmd, _, _ = s.eval(ctx, refreshScript, k, replicaWait{}, args)
 		return
 	}
+	functions := !s.noFunctions.Load()
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
-			run(p, c, false)
+			_, args := command(c)
+			if functions {
+				args[0], args[1] = "fcall", refreshScript.fn
+			}
+			c.cmd = redis.NewCmd(ctx, args...)
+			c.cmd.SetFirstKeyPos(3)
+			_ = p.Process(ctx, c.cmd)
 		}
 		return nil
 	})
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
-			run(s.rdb, c, true)
+		if err := c.cmd.Err(); isNoFunction(err) || isNoScript(err) {
+			k, args := command(c)
+			c.cmd, _, _ = s.eval(ctx, refreshScript, k, replicaWait{}, args)
 		}
 	}
 }
