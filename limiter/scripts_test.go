@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,47 @@ func TestHoldersAtMaxmemory(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
 		t.Fatalf("%d members in the leases set after the releases, want only the placeholder", n)
+	}
+}
+
+// Calls that find the library missing at once (here after a flush) load it
+// once between them, not once each.
+func TestLibraryLoadedOnceForConcurrentCalls(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 32 })
+	c := redistest.Limiter(t, rdb)
+	const n = 16
+	var mus []*limiter.Mutex
+	for i := range n {
+		mu, err := c.Mutex(fmt.Sprint("load-once-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mus = append(mus, mu)
+	}
+	if _, err := mus[0].TryAcquire(ctx); err != nil { // the library is loaded, then flushed
+		t.Fatal(err)
+	}
+	flush(t, rdb)
+	srv.ResetStats(t)
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	for _, mu := range mus[1:] {
+		go func() {
+			<-start
+			_, err := mu.TryAcquire(ctx)
+			errs <- err
+		}()
+	}
+	close(start)
+	for range n - 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := srv.CommandCalls(t)
+	if calls["function|load"] != 1 {
+		t.Fatalf("%d concurrent acquires after a flush: %v; want one FUNCTION LOAD", n-1, calls)
 	}
 }

@@ -29,10 +29,15 @@ type redisStore struct {
 	// (Redis before 7, an ACL without FCALL or FUNCTION LOAD, a fake), so
 	// eval sends EVALSHA.
 	noFunctions atomic.Bool
+	// loads counts the library loads that succeeded, and loading lets one
+	// load run at a time: the calls that found the library missing at
+	// once (after a flush, a restart, a failover) load it once, not each.
+	loads   atomic.Uint64
+	loading chan struct{}
 }
 
 func newRedisStore(rdb redis.UniversalClient, fifo bool) *redisStore {
-	return &redisStore{rdb: rdb, fifo: fifo, ctxBound: honoursDeadlines(rdb)}
+	return &redisStore{rdb: rdb, fifo: fifo, ctxBound: honoursDeadlines(rdb), loading: make(chan struct{}, 1)}
 }
 
 // honoursDeadlines reports whether go-redis puts a context's deadline on
@@ -131,12 +136,13 @@ func (s *redisStore) eval(ctx context.Context, sc luaScript, k keyspace, w repli
 		return s.evalWaited(ctx, k, w, sc.Script, args[3+len(k.keys):]...)
 	}
 	if !s.noFunctions.Load() {
+		loads := s.loads.Load()
 		args[0], args[1] = "fcall", sc.fn
 		cmd = s.send(ctx, args)
 		if !isNoFunction(cmd.Err()) {
 			return cmd, 0, nil
 		}
-		if s.loadFunctions(ctx, cmd.Err()) {
+		if s.loadFunctions(ctx, cmd.Err(), loads) {
 			if cmd = s.send(ctx, args); !isNoFunction(cmd.Err()) {
 				return cmd, 0, nil
 			}
@@ -170,13 +176,23 @@ func isRefused(err error) bool {
 
 // loadFunctions loads the library on every master that may serve a key
 // (a Cluster's or a Ring's every one: which node FCALL reached is not
-// known here), after FCALL failed with callErr. It reports whether FCALL
-// may now succeed; a server that refused FCALL or FUNCTION LOAD is not
-// asked again.
-func (s *redisStore) loadFunctions(ctx context.Context, callErr error) bool {
+// known here), after FCALL failed with callErr, sent when loads loads had
+// succeeded. It reports whether FCALL may now succeed: a load since then
+// (another call's) counts. A server that refused FCALL or FUNCTION LOAD
+// is not asked again.
+func (s *redisStore) loadFunctions(ctx context.Context, callErr error, loads uint64) bool {
 	if isRefused(callErr) {
 		s.noFunctions.Store(true)
 		return false
+	}
+	select {
+	case s.loading <- struct{}{}:
+		defer func() { <-s.loading }()
+	case <-ctx.Done():
+		return false
+	}
+	if s.loads.Load() != loads {
+		return true
 	}
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, functions).Err()
@@ -190,7 +206,9 @@ func (s *redisStore) loadFunctions(ctx context.Context, callErr error) bool {
 	default:
 		err = s.rdb.FunctionLoadReplace(ctx, functions).Err()
 	}
-	if err != nil && isRefused(err) {
+	if err == nil {
+		s.loads.Add(1)
+	} else if isRefused(err) {
 		s.noFunctions.Store(true)
 	}
 	return err == nil
