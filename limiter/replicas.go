@@ -86,16 +86,23 @@ func (s *redisStore) nodeFor(ctx context.Context, key string) (*redis.Client, er
 // replicated sends the script calls of send, then WAIT when w asks for
 // it, in one pipeline on node: WAIT counts the replicas that have
 // everything its own connection wrote, so it must follow the scripts on
-// their connection. Scripts go by EVALSHA, and again by EVAL (send with
-// load) when the node lacked one (a promoted replica starts with an empty
-// script cache; the first WAIT is then spent for nothing); the calls of
-// one pipeline run one script, so they all lack it or none does. It returns WAIT's answer, or its failure; a
-// script's own reply and error are in its command.
-func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w replicaWait, send func(p redis.Pipeliner, load bool)) (acked int, err error) {
-	for load := false; ; load = true {
+// their connection. Scripts go as eval sends them: by FCALL, again by
+// FCALL once the library is loaded when the node lacked it, by EVALSHA
+// when it cannot take functions, and by EVAL when it lacked the script
+// (a promoted replica starts with an empty script cache; the first WAIT
+// is then spent for nothing). The calls of one pipeline run one library
+// or script, so they all lack it or none does. It returns WAIT's answer,
+// or its failure; a script's own reply and error are in its command.
+func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w replicaWait, send func(p redis.Pipeliner, way sendWay)) (acked int, err error) {
+	way, loaded := byFunction, false
+	if s.noFunctions.Load() {
+		way = bySHA
+	}
+	for {
+		loads := s.loads.Load()
 		var wait *redis.Cmd
 		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			send(p, load)
+			send(p, way)
 			if w.on() {
 				// At least 1 ms: WAIT n 0 would block for good.
 				wait = p.Do(ctx, "WAIT", w.n, max(w.timeout.Milliseconds(), 1))
@@ -109,7 +116,18 @@ func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w repli
 				c.SetErr(err)
 			}
 		}
-		if !load && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
+		if way == byFunction {
+			if i := slices.IndexFunc(cmds, func(c redis.Cmder) bool { return isNoFunction(c.Err()) }); i >= 0 {
+				if !loaded && s.loadFunctions(ctx, cmds[i].Err(), loads) {
+					loaded = true
+				} else {
+					way = bySHA
+				}
+				continue
+			}
+		}
+		if way == bySHA && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
+			way = byText
 			continue
 		}
 		if cc, ok := s.rdb.(*redis.ClusterClient); ok && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isMoved(c.Err()) }) {
@@ -127,25 +145,42 @@ func isMoved(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
 }
 
-// script queues one call of sc on p: EVALSHA, or EVAL with load.
-func script(ctx context.Context, p redis.Pipeliner, sc *redis.Script, load bool, keys []string, args ...any) *redis.Cmd {
-	if load {
-		return sc.Eval(ctx, p, keys, args...)
+// sendWay is how a pipeline sends a script (see replicated).
+type sendWay int
+
+const (
+	byFunction sendWay = iota // FCALL of its function in the library
+	bySHA                     // EVALSHA
+	byText                    // EVAL
+)
+
+// script queues one call of sc with args on p, on the keys of k, sent way.
+func script(ctx context.Context, p redis.Pipeliner, sc luaScript, way sendWay, k keyspace, args ...any) *redis.Cmd {
+	switch {
+	case way == byFunction && sc.fn != nil:
+		cmdArgs := append(evalArgs(sc, k, len(args)), args...)
+		cmdArgs[0], cmdArgs[1] = "fcall", sc.fn
+		cmd := redis.NewCmd(ctx, cmdArgs...)
+		cmd.SetFirstKeyPos(3)
+		_ = p.Process(ctx, cmd)
+		return cmd
+	case way == byText:
+		return sc.Eval(ctx, p, k.keys, args...)
 	}
-	return sc.EvalSha(ctx, p, keys, args...)
+	return sc.EvalSha(ctx, p, k.keys, args...)
 }
 
 // evalWaited runs sc once on the node of k, followed by WAIT (see
 // replicated).
-func (s *redisStore) evalWaited(ctx context.Context, k keyspace, w replicaWait, sc *redis.Script, args ...any) (cmd *redis.Cmd, acked int, waitErr error) {
+func (s *redisStore) evalWaited(ctx context.Context, k keyspace, w replicaWait, sc luaScript, args ...any) (cmd *redis.Cmd, acked int, waitErr error) {
 	node, err := s.nodeFor(ctx, k.id())
 	if err != nil {
 		cmd = redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd, 0, nil
 	}
-	acked, waitErr = s.replicated(ctx, node, w, func(p redis.Pipeliner, load bool) {
-		cmd = script(ctx, p, sc, load, k.keys, args...)
+	acked, waitErr = s.replicated(ctx, node, w, func(p redis.Pipeliner, way sendWay) {
+		cmd = script(ctx, p, sc, way, k, args...)
 	})
 	return cmd, acked, waitErr
 }
@@ -171,9 +206,9 @@ func (s *redisStore) refreshWaited(ctx context.Context, batches []refreshBatch, 
 			w = w.stricter(batches[c.batch].replicas)
 		}
 		sends = append(sends, func() {
-			acked, err := s.replicated(ctx, node, w, func(p redis.Pipeliner, load bool) {
+			acked, err := s.replicated(ctx, node, w, func(p redis.Pipeliner, way sendWay) {
 				for _, c := range cs {
-					c.cmd = script(ctx, p, refreshScript.Script, load, batches[c.batch].keys.keys, c.args...)
+					c.cmd = script(ctx, p, refreshScript, way, batches[c.batch].keys, c.args...)
 				}
 			})
 			for _, c := range cs {

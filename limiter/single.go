@@ -29,10 +29,13 @@ type redisStore struct {
 	// (Redis before 7, an ACL without FCALL or FUNCTION LOAD, a fake), so
 	// eval sends EVALSHA.
 	noFunctions atomic.Bool
-	// loads counts the library loads that succeeded, and loading lets one
-	// load run at a time: the calls that found the library missing at
-	// once (after a flush, a restart, a failover) load it once, not each.
+	// loads counts the library loads tried, loaded whether the last one
+	// succeeded, and loading lets one run at a time: the calls that found
+	// the library missing at once (after a flush, a restart, a failover)
+	// load it once, not each, and a load that failed (a master down) is
+	// not tried again by every call queued behind it.
 	loads   atomic.Uint64
+	loaded  atomic.Bool
 	loading chan struct{}
 }
 
@@ -133,7 +136,7 @@ func evalArgs(sc luaScript, k keyspace, n int) []any {
 // twice.
 func (s *redisStore) eval(ctx context.Context, sc luaScript, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
 	if w.on() {
-		return s.evalWaited(ctx, k, w, sc.Script, args[3+len(k.keys):]...)
+		return s.evalWaited(ctx, k, w, sc, args[3+len(k.keys):]...)
 	}
 	if !s.noFunctions.Load() {
 		loads := s.loads.Load()
@@ -177,9 +180,9 @@ func isRefused(err error) bool {
 // loadFunctions loads the library on every master that may serve a key
 // (a Cluster's or a Ring's every one: which node FCALL reached is not
 // known here), after FCALL failed with callErr, sent when loads loads had
-// succeeded. It reports whether FCALL may now succeed: a load since then
-// (another call's) counts. A server that refused FCALL or FUNCTION LOAD
-// is not asked again.
+// been tried. It reports whether FCALL may now succeed: a load tried since
+// then (another call's) answers for this one. A server that refused FCALL
+// or FUNCTION LOAD is not asked again.
 func (s *redisStore) loadFunctions(ctx context.Context, callErr error, loads uint64) bool {
 	if isRefused(callErr) {
 		s.noFunctions.Store(true)
@@ -192,7 +195,7 @@ func (s *redisStore) loadFunctions(ctx context.Context, callErr error, loads uin
 		return false
 	}
 	if s.loads.Load() != loads {
-		return true
+		return s.loaded.Load()
 	}
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, functions).Err()
@@ -206,11 +209,11 @@ func (s *redisStore) loadFunctions(ctx context.Context, callErr error, loads uin
 	default:
 		err = s.rdb.FunctionLoadReplace(ctx, functions).Err()
 	}
-	if err == nil {
-		s.loads.Add(1)
-	} else if isRefused(err) {
+	if isRefused(err) {
 		s.noFunctions.Store(true)
 	}
+	s.loaded.Store(err == nil)
+	s.loads.Add(1)
 	return err == nil
 }
 

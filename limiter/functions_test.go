@@ -1,0 +1,201 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// With WaitReplicas the scripts go in a pipeline with WAIT: as functions
+// too, so that holders refresh and resume at maxmemory there as well.
+func TestWaitReplicasHoldersAtMaxmemory(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	f := redistest.StartFailover(t)
+	opts := []limiter.Option{limiter.WaitReplicas(1, time.Second), limiter.TTL(time.Minute)}
+	sem, err := clientFor(t, f.Client(t), opts...).Semaphore("oomw", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := parked.Ticket()
+	m := f.Master().Client(t)
+	if err := m.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.ConfigSet(context.Background(), "maxmemory", "0")
+	errRefresh := l.Refresh(ctx)
+	_, errResume := sem.Resume(ctx, ticket)
+	if errRefresh != nil || errResume != nil {
+		t.Fatalf("with WaitReplicas at maxmemory: Refresh: %v; Resume: %v (both succeed without WaitReplicas)", errRefresh, errResume)
+	}
+}
+
+// A Cluster whose one master lost the library: the pipelined refresh of
+// leases on every master re-sends only that master's calls, which load it
+// there, and every lease stays held.
+func TestClusterRefreshWhereOneMasterLacksTheLibrary(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	var mu sync.Mutex
+	var fcalls, fails int
+	cc.AddHook(pipeHook{func(cmds []redis.Cmder) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			if c.Name() == "fcall" {
+				fcalls++
+				if c.Err() != nil {
+					fails++
+				}
+			}
+		}
+	}})
+	c := clientFor(t, cc, limiter.TTL(1500*time.Millisecond))
+	var leases []*limiter.Lease
+	for i := range 12 {
+		sem, err := c.Semaphore(fmt.Sprint("pipe-", i), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	// The first master ForEachMaster visits loses the library.
+	var flushed sync.Once
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		var err error
+		flushed.Do(func() { err = c.FunctionFlush(ctx).Err() })
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cl.ResetStats(t)
+	time.Sleep(3 * time.Second)
+	for i, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease %d: %v", i, err)
+		}
+	}
+	calls := cl.CommandCalls(t)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("pipelined fcalls %d, failed %d; calls %v", fcalls, fails, calls)
+	if calls["function|load"] != 3 {
+		t.Fatalf("function|load %d, want one load on each of 3 masters", calls["function|load"])
+	}
+	if fcalls == 0 || fails == 0 || fails >= fcalls {
+		t.Fatalf("pipelined fcalls %d failed %d: expected only the flushed master's to fail", fcalls, fails)
+	}
+}
+
+type pipeHook struct{ after func([]redis.Cmder) }
+
+func (h pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after(cmds)
+		return err
+	}
+}
+
+// A load that fails slowly (one shard of a Ring partitioned: FUNCTION
+// LOAD there waits for ReadTimeout) answers for the calls queued behind
+// it: they fall back to EVALSHA at once rather than each loading again
+// in turn until their ctx runs out.
+func TestLoadFailingOnOneShardDoesNotQueueCalls(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	a := redistest.StartServer(t)
+	b := redistest.StartServer(t)
+	px := redistest.StartProxy(t, b.Addr())
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:              map[string]string{"a": a.Addr(), "b": px.Addr()},
+		ReadTimeout:        time.Second,
+		WriteTimeout:       time.Second,
+		DialTimeout:        time.Second,
+		HeartbeatFrequency: time.Hour,
+		PoolSize:           16,
+	})
+	t.Cleanup(func() { _ = ring.Close() })
+	c := clientFor(t, ring)
+	var mus []*limiter.Mutex
+	for i := 0; len(mus) < 11; i++ {
+		name := fmt.Sprint("ring-", i)
+		shard, err := ring.GetShardClientForKey(queueKey(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shard.Options().Addr != a.Addr() {
+			continue
+		}
+		mu, err := c.Mutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mus = append(mus, mu)
+	}
+	l, err := mus[0].TryAcquire(ctx) // loads the library on both shards
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Client(t).FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	px.Blackhole()
+	defer px.Heal()
+	a.ResetStats(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(mus))
+	start := make(chan struct{})
+	for _, mu := range mus[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			cctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+			defer cancel()
+			began := time.Now()
+			l, err := mu.TryAcquire(cctx)
+			if err != nil {
+				errs <- fmt.Errorf("after %v: %w", time.Since(began).Round(time.Millisecond), err)
+				return
+			}
+			_ = l.Release(ctx)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	var failed []error
+	for err := range errs {
+		failed = append(failed, err)
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d acquires on the healthy shard failed: %v", len(failed), len(mus)-1, failed)
+	}
+	if n := a.CommandCalls(t)["function|load"]; n != 1 {
+		t.Fatalf("%d loads on the healthy shard, want 1: the failed load answers for the calls behind it", n)
+	}
+}
