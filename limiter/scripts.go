@@ -10,9 +10,11 @@ import (
 )
 
 // Every script is the shared prelude followed by its body, so the helpers
-// (sweep, the queue walk, key expiry) exist once. Scripts run by EVALSHA
-// and fall back to EVAL on NOSCRIPT (redis.Script.Run), which also covers
-// a restarted or failed-over server that lost its script cache.
+// (sweep, the queue walk, key expiry) exist once. The hot ones run as
+// functions of one library (functions, below); the rest, and all of them
+// on a server without functions, run by EVALSHA and fall back to EVAL on
+// NOSCRIPT, which also covers a restarted or failed-over server that lost
+// its script cache.
 var (
 	//go:embed common.lua
 	commonLua string
