@@ -116,9 +116,16 @@ func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w repli
 				c.SetErr(err)
 			}
 		}
+		// Only the scripts' errors say how to send them: WAIT's own refusal
+		// (an ACL without it) would read as FCALL's, and the scripts,
+		// which ran, would be sent again.
+		scripts := cmds
+		if wait != nil {
+			scripts = cmds[:len(cmds)-1]
+		}
 		if way == byFunction {
-			if i := slices.IndexFunc(cmds, func(c redis.Cmder) bool { return isNoFunction(c.Err()) }); i >= 0 {
-				if !loaded && s.loadFunctions(ctx, cmds[i].Err(), loads) {
+			if i := slices.IndexFunc(scripts, func(c redis.Cmder) bool { return isNoFunction(c.Err()) }); i >= 0 {
+				if !loaded && s.loadFunctions(ctx, scripts[i].Err(), loads) {
 					loaded = true
 				} else {
 					way = bySHA
@@ -126,7 +133,7 @@ func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w repli
 				continue
 			}
 		}
-		if way == bySHA && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
+		if way == bySHA && slices.ContainsFunc(scripts, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
 			way = byText
 			continue
 		}
