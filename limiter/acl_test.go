@@ -398,3 +398,42 @@ func (h *aclLogs) all() []string {
 	defer h.mu.Unlock()
 	return slices.Clone(h.recs)
 }
+
+// An ACL that refuses a call's keys (another Prefix than its pattern)
+// fails that call, and only it: the Client keeps calling functions for
+// the keys it may use.
+func TestACLKeyRefusalKeepsFunctions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, aclArgs(aclSetUser)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "redsem", "password" })
+	c := redistest.Limiter(t, rdb)
+	allowed, err := c.Mutex("keys-allowed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := allowed.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // loads the library
+		t.Fatal(err)
+	}
+	refused, err := c.Mutex("keys-refused", limiter.Prefix("elsewhere:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := refused.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("TryAcquire on keys the ACL refuses: %v, want NOPERM", err)
+	}
+	srv.ResetStats(t)
+	l, err := allowed.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if calls := srv.CommandCalls(t); calls["fcall"] != 2 || calls["evalsha"]+calls["eval"] != 0 {
+		t.Fatalf("a cycle after a key refusal: %v, want both scripts by FCALL", calls)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -173,8 +174,13 @@ func isNoFunction(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "Function not found") || isRefused(err))
 }
 
+// isRefused: the server will not run the command itself, whatever its
+// arguments: unknown to it, or refused by an ACL. An ACL's refusal of a
+// key ("no permissions to access ... key") is the call's own error, and
+// EVALSHA would meet it alike.
 func isRefused(err error) bool {
-	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM")
+	return redis.HasErrorPrefix(err, "unknown command") ||
+		redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "command")
 }
 
 // loadFunctions loads the library on every master that may serve a key
