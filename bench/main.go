@@ -164,6 +164,28 @@ func runInProcess(ctx context.Context, out io.Writer, env *Env, nUnc, nCon, nSem
 	for _, rs := range busy {
 		results = append(results, medianRound(rs))
 	}
+	var times []commandTimes
+	n := max(nUnc/4, 1)
+	for _, lib := range UncontendedLibs {
+		t, err := slowlogPass(ctx, env, "uncontended", lib.Name, n, func() error {
+			_, err := RunUncontended(ctx, env, lib, n, Timer{})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		times = append(times, t)
+	}
+	for _, lib := range BusyLibs {
+		t, err := slowlogPass(ctx, env, BusyScenario, lib.Name, n, func() error {
+			_, err := RunBusy(ctx, env, lib, n)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		times = append(times, t)
+	}
 	for _, sc := range []Contention{MutexLoop, MutexThink} {
 		for _, lib := range ContendedLibs {
 			r, err := RunContended(ctx, env, sc, lib, nCon, capDur, Timer{})
@@ -181,6 +203,7 @@ func runInProcess(ctx context.Context, out io.Writer, env *Env, nUnc, nCon, nSem
 
 	printTable(out, results)
 	printDetails(out, results)
+	printCommandTimes(out, times)
 	return nil
 }
 
