@@ -14,37 +14,6 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// With WaitReplicas the scripts go in a pipeline with WAIT: as functions
-// too, so that holders refresh and resume at maxmemory there as well.
-func TestWaitReplicasHoldersAtMaxmemory(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	f := redistest.StartFailover(t)
-	opts := []limiter.Option{limiter.WaitReplicas(1, time.Second), limiter.TTL(time.Minute)}
-	sem, err := clientFor(t, f.Client(t), opts...).Semaphore("oomw", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parked, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ticket := parked.Ticket()
-	m := f.Master().Client(t)
-	if err := m.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	defer m.ConfigSet(context.Background(), "maxmemory", "0")
-	errRefresh := l.Refresh(ctx)
-	_, errResume := sem.Resume(ctx, ticket)
-	if errRefresh != nil || errResume != nil {
-		t.Fatalf("with WaitReplicas at maxmemory: Refresh: %v; Resume: %v (both succeed without WaitReplicas)", errRefresh, errResume)
-	}
-}
-
 // A Cluster whose one master lost the library: the pipelined refresh of
 // leases on every master re-sends only that master's calls, which load it
 // there, and every lease stays held.

@@ -91,12 +91,28 @@ func TestLibrariesOfTwoVersions(t *testing.T) {
 // Redis out of memory (maxmemory, noeviction) refuses a script that may
 // write before it runs: no new grant then, but holders must keep their
 // leases (refresh), take over parked ones (resume) and give them back
-// (release).
+// (release); with WaitReplicas too, whose scripts go in a pipeline with
+// WAIT.
 func TestHoldersAtMaxmemory(t *testing.T) {
-	srv := redistest.StartServer(t)
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		rdb := srv.Client(t)
+		holdersAtMaxmemory(t, rdb, clientFor(t, rdb))
+	})
+	t.Run("WaitReplicas", func(t *testing.T) {
+		f := redistest.StartFailover(t)
+		holdersAtMaxmemory(t, f.Master().Client(t), clientFor(t, f.Client(t), limiter.WaitReplicas(1, time.Second)))
+	})
+}
+
+// holdersAtMaxmemory runs the checks on a semaphore of c whose master
+// master is.
+func holdersAtMaxmemory(t *testing.T, master *redis.Client, c *limiter.Client) {
 	ctx := ctxT(t, 10*time.Second)
-	rdb := srv.Client(t)
-	sem, _ := newSemaphore(t, rdb, "oom", 3, limiter.TTL(time.Minute))
+	sem, err := c.Semaphore("oom", 3, limiter.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := sem.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +122,10 @@ func TestHoldersAtMaxmemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ticket := parked.Ticket()
-	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+	if err := master.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.ConfigSet(context.Background(), "maxmemory", "0")
+	defer master.ConfigSet(context.Background(), "maxmemory", "0")
 	if _, err := sem.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("an acquire out of memory: %v, want Redis's OOM refusal", err)
 	}
@@ -125,7 +141,7 @@ func TestHoldersAtMaxmemory(t *testing.T) {
 			t.Fatal("Release out of memory:", err)
 		}
 	}
-	if n := rdb.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
+	if n := master.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
 		t.Fatalf("%d members in the leases set after the releases, want only the placeholder", n)
 	}
 }
