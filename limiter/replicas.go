@@ -86,19 +86,14 @@ func (s *redisStore) nodeFor(ctx context.Context, key string) (*redis.Client, er
 // replicated sends the script calls of send, then WAIT when w asks for
 // it, in one pipeline on node: WAIT counts the replicas that have
 // everything its own connection wrote, so it must follow the scripts on
-// their connection. Scripts go as eval sends them: by FCALL, again by
-// FCALL once the library is loaded when the node lacked it, by EVALSHA
-// when it cannot take functions, and by EVAL when it lacked the script
-// (a promoted replica starts with an empty script cache; the first WAIT
-// is then spent for nothing). The calls of one pipeline run one library
-// or script, so they all lack it or none does. It returns WAIT's answer,
-// or its failure; a script's own reply and error are in its command.
+// their connection. The scripts go the store's first way and, when the
+// node lacked what it needs, the next (send.go; a promoted replica starts
+// with an empty script cache, and the first WAIT is then spent for
+// nothing). The calls of one pipeline run one library or script, so they
+// all lack it or none does. It returns WAIT's answer, or its failure; a
+// script's own reply and error are in its command.
 func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w replicaWait, send func(p redis.Pipeliner, way sendWay)) (acked int, err error) {
-	way, loaded := byFunction, false
-	if s.noFunctions.Load() {
-		way = bySHA
-	}
-	for {
+	for way := s.firstWay(); ; {
 		loads := s.loads.Load()
 		var wait *redis.Cmd
 		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -123,18 +118,8 @@ func (s *redisStore) replicated(ctx context.Context, node *redis.Client, w repli
 		if wait != nil {
 			scripts = cmds[:len(cmds)-1]
 		}
-		if way == byFunction {
-			if i := slices.IndexFunc(scripts, func(c redis.Cmder) bool { return isNoFunction(c.Err()) }); i >= 0 {
-				if !loaded && s.loadFunctions(ctx, scripts[i].Err(), loads) {
-					loaded = true
-				} else {
-					way = bySHA
-				}
-				continue
-			}
-		}
-		if way == bySHA && slices.ContainsFunc(scripts, func(c redis.Cmder) bool { return isNoScript(c.Err()) }) {
-			way = byText
+		if i := slices.IndexFunc(scripts, func(c redis.Cmder) bool { return lacks(way, c.Err()) }); i >= 0 {
+			way, _ = s.nextWay(ctx, way, scripts[i].Err(), loads)
 			continue
 		}
 		if cc, ok := s.rdb.(*redis.ClusterClient); ok && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isMoved(c.Err()) }) {
@@ -152,29 +137,11 @@ func isMoved(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK"))
 }
 
-// sendWay is how a pipeline sends a script (see replicated).
-type sendWay int
-
-const (
-	byFunction sendWay = iota // FCALL of its function in the library
-	bySHA                     // EVALSHA
-	byText                    // EVAL
-)
-
 // script queues one call of sc with args on p, on the keys of k, sent way.
 func script(ctx context.Context, p redis.Pipeliner, sc luaScript, way sendWay, k keyspace, args ...any) *redis.Cmd {
-	switch {
-	case way == byFunction && sc.fn != nil:
-		cmdArgs := append(evalArgs(sc, k, len(args)), args...)
-		cmdArgs[0], cmdArgs[1] = "fcall", sc.fn
-		cmd := redis.NewCmd(ctx, cmdArgs...)
-		cmd.SetFirstKeyPos(3)
-		_ = p.Process(ctx, cmd)
-		return cmd
-	case way == byText:
-		return sc.Eval(ctx, p, k.keys, args...)
-	}
-	return sc.EvalSha(ctx, p, k.keys, args...)
+	cmd := scriptCmd(ctx, sc, way, append(evalArgs(sc, k, len(args)), args...))
+	_ = p.Process(ctx, cmd)
+	return cmd
 }
 
 // evalWaited runs sc once on the node of k, followed by WAIT (see

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -118,109 +117,32 @@ func (f *firstBox[K, V]) get(k K, mk func(K) V) V {
 	return v
 }
 
-// evalArgs starts the EVALSHA command of sc on k, with room for n
-// arguments: one allocation, where Script.Run makes a variadic slice and
-// the command's and boxes the hash and keys.
+// evalArgs starts the command that runs sc on k (scriptCmd writes its
+// head), with room for n arguments: one allocation, where Script.Run makes
+// a variadic slice and the command's and boxes the hash and keys.
 func evalArgs(sc luaScript, k keyspace, n int) []any {
 	args := make([]any, 3, 3+len(k.keys)+n)
 	args[0], args[1], args[2] = "evalsha", sc.sha, len(k.keys)
 	return append(args, k.args...)
 }
 
-// eval runs sc once on the node of k, args being built by evalArgs: its
-// function by FCALL, with its first key marked for routing (a
-// ClusterClient sends it to that key's slot). A server that lacks the
-// library is given it (FUNCTION LOAD) and asked again; one that cannot
-// take it gets EVALSHA from then on, and EVAL if it lacks the script. With
-// w on, it is EVALSHA followed by WAIT (evalWaited). Each fallback follows
-// an error that Redis returns before running anything, so no call runs
-// twice.
+// eval runs sc once on the node of k, args being built by evalArgs: sent
+// the first way this server takes (send.go), with its first key marked for
+// routing (a ClusterClient sends it to that key's slot). With w on, it
+// is followed by WAIT (evalWaited).
 func (s *redisStore) eval(ctx context.Context, sc luaScript, k keyspace, w replicaWait, args []any) (cmd *redis.Cmd, acked int, waitErr error) {
 	if w.on() {
 		return s.evalWaited(ctx, k, w, sc, args[3+len(k.keys):]...)
 	}
-	if !s.noFunctions.Load() {
+	for way := s.firstWay(); ; {
 		loads := s.loads.Load()
-		args[0], args[1] = "fcall", sc.fn
-		cmd = s.send(ctx, args)
-		if !isNoFunction(cmd.Err()) {
+		cmd = scriptCmd(ctx, sc, way, args)
+		_ = s.rdb.Process(ctx, cmd)
+		var again bool
+		if way, again = s.nextWay(ctx, way, cmd.Err(), loads); !again {
 			return cmd, 0, nil
 		}
-		if s.loadFunctions(ctx, cmd.Err(), loads) {
-			if cmd = s.send(ctx, args); !isNoFunction(cmd.Err()) {
-				return cmd, 0, nil
-			}
-		}
-		args[0], args[1] = "evalsha", sc.sha
 	}
-	cmd = s.send(ctx, args)
-	if isNoScript(cmd.Err()) {
-		cmd = sc.Eval(ctx, s.rdb, k.keys, args[3+len(k.keys):]...)
-	}
-	return cmd, 0, nil
-}
-
-func (s *redisStore) send(ctx context.Context, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = s.rdb.Process(ctx, cmd)
-	return cmd
-}
-
-// isNoFunction: FCALL did not run because the server lacks the function
-// (restarted, flushed, or never given it), the command (Redis before 7)
-// or the permission (an ACL).
-func isNoFunction(err error) bool {
-	return err != nil && (redis.HasErrorPrefix(err, "Function not found") || isRefused(err))
-}
-
-// isRefused: the server will not run the command itself, whatever its
-// arguments: unknown to it, or refused by an ACL. An ACL's refusal of a
-// key ("no permissions to access ... key") is the call's own error, and
-// EVALSHA would meet it alike.
-func isRefused(err error) bool {
-	return redis.HasErrorPrefix(err, "unknown command") ||
-		redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "command")
-}
-
-// loadFunctions loads the library on every master that may serve a key
-// (a Cluster's or a Ring's every one: which node FCALL reached is not
-// known here), after FCALL failed with callErr, sent when loads loads had
-// been tried. It reports whether FCALL may now succeed: a load tried since
-// then (another call's) answers for this one. A server that refused FCALL
-// or FUNCTION LOAD is not asked again.
-func (s *redisStore) loadFunctions(ctx context.Context, callErr error, loads uint64) bool {
-	if isRefused(callErr) {
-		s.noFunctions.Store(true)
-		return false
-	}
-	select {
-	case s.loading <- struct{}{}:
-		defer func() { <-s.loading }()
-	case <-ctx.Done():
-		return false
-	}
-	if s.loads.Load() != loads {
-		return s.loaded.Load()
-	}
-	load := func(ctx context.Context, c *redis.Client) error {
-		return c.FunctionLoadReplace(ctx, functions).Err()
-	}
-	var err error
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, load)
-	default:
-		err = s.rdb.FunctionLoadReplace(ctx, functions).Err()
-	}
-	if isRefused(err) {
-		s.noFunctions.Store(true)
-	}
-	s.loaded.Store(err == nil)
-	s.loads.Add(1)
-	return err == nil
 }
 
 func parseAcquire(v []any) (acquireReply, error) {
@@ -326,40 +248,24 @@ func (s *redisStore) refresh(ctx context.Context, batches []refreshBatch) []refr
 	return out
 }
 
-// refreshPlain sends calls as one pipeline, each as eval would send it
-// (FCALL, or EVALSHA on a server without functions); a call the server
-// lacked the function or script for goes again through eval, which loads
-// it. A lone call goes through eval directly.
+// refreshPlain sends calls as one pipeline, each the first way this
+// server takes (send.go); a call the server lacked the function or script
+// for goes again through eval, which loads it.
 func (s *redisStore) refreshPlain(ctx context.Context, batches []refreshBatch, calls []*refreshCall) {
-	command := func(c *refreshCall) (keyspace, []any) {
-		k := batches[c.batch].keys
-		return k, append(evalArgs(refreshScript, k, len(c.args)), c.args...)
-	}
-	switch len(calls) {
-	case 0:
-		return
-	case 1:
-		k, args := command(calls[0])
-		calls[0].cmd, _, _ = s.eval(ctx, refreshScript, k, replicaWait{}, args)
+	if len(calls) == 0 {
 		return
 	}
-	functions := !s.noFunctions.Load()
+	way := s.firstWay()
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
-			_, args := command(c)
-			if functions {
-				args[0], args[1] = "fcall", refreshScript.fn
-			}
-			c.cmd = redis.NewCmd(ctx, args...)
-			c.cmd.SetFirstKeyPos(3)
-			_ = p.Process(ctx, c.cmd)
+			c.cmd = script(ctx, p, refreshScript, way, batches[c.batch].keys, c.args...)
 		}
 		return nil
 	})
 	for _, c := range calls {
-		if err := c.cmd.Err(); isNoFunction(err) || isNoScript(err) {
-			k, args := command(c)
-			c.cmd, _, _ = s.eval(ctx, refreshScript, k, replicaWait{}, args)
+		if lacks(way, c.cmd.Err()) {
+			k := batches[c.batch].keys
+			c.cmd, _, _ = s.eval(ctx, refreshScript, k, replicaWait{}, append(evalArgs(refreshScript, k, len(c.args)), c.args...))
 		}
 	}
 }
@@ -393,8 +299,6 @@ func refreshArgs(b refreshBatch) [][]any {
 		}
 	}
 }
-
-func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 func (s *redisStore) release(ctx context.Context, k keyspace, r releaseRequest) (releaseReply, error) {
 	args := append(evalArgs(releaseScript, k, 5), r.id, r.token, s.channel.get(r.own, box), flag(r.wake), flag(r.check))
