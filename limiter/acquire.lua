@@ -36,10 +36,10 @@ end
 -- Milliseconds until the earliest live lease expires (fallback when
 -- none). One expired but not yet swept would say "now", and a waiter
 -- would poll every millisecond until someone swept it. A sweep that found
--- nothing expired has read it already (first_lease; nothing since changed
--- the leases).
-local function earliest(now_ms, fallback)
-  local first = first_lease or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+-- nothing expired has read it already (first; nothing since changed the
+-- leases).
+local function earliest(now_ms, fallback, first)
+  first = first or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 or first[1] == '' then return fallback end
   return math.max(tonumber(first[2]) - now_ms, 0)
 end
@@ -120,8 +120,11 @@ if st[4] then
   end
 end
 
+local first -- the earliest live lease, when the sweep read it
 if not conflict and total + weight > limit then
-  total = total - sweep(now_ms)
+  local freed
+  freed, first = sweep(now_ms)
+  total = total - freed
 end
 
 -- In order: the permits of live waiters ahead are spoken for.
@@ -205,4 +208,4 @@ end
 -- The last token issued: a handoff announced with a token no higher came
 -- before this answer, so its lease has expired since (see wait.go).
 if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
-return {0, earliest(now_ms, ttl), total, head, st[2] or '0', 0}
+return {0, earliest(now_ms, ttl, first), total, head, st[2] or '0', 0}

@@ -43,13 +43,12 @@ end
 -- parses each once (tonumber parses twice).
 local clock, clock_s
 local queue_seen_empty -- see walk_queue
-local first_lease -- see sweep
 
 -- Forgets what the last call cached: a script run by EVAL starts fresh,
 -- but a function in a library (scripts.go) shares these upvalues with
 -- every call before it.
 local function begin_call()
-  clock, clock_s, queue_seen_empty, first_lease = nil, nil, nil, nil
+  clock, clock_s, queue_seen_empty = nil, nil, nil
 end
 
 local function now_us()
@@ -100,14 +99,13 @@ local SWEEP_MAX = 100
 
 -- Drops expired leases (at most SWEEP_MAX); returns the permits freed.
 -- It first looks at the lease that expires first: when that one is live,
--- nothing is to be dropped, and it is kept in first_lease ({id, expiry},
+-- nothing is to be dropped, and it is returned too ({id, expiry}, or {}
 -- or {'', 'inf'} when none) for a refused acquire's retry hint
 -- (acquire.lua's earliest), which then needs no call of its own.
 local function sweep(now_ms)
   local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
   if #head == 0 or head[1] == '' or num(head[2]) > now_ms then
-    first_lease = head
-    return 0
+    return 0, head
   end
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
   if #gone == 0 then return 0 end
