@@ -167,8 +167,12 @@ func TestCloseEndsEverything(t *testing.T) {
 }
 
 // queueKey is the wait queue's key of a semaphore under the default prefix.
-func queueKey(name string) string {
-	return limiter.DefaultPrefix + "{" + strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(name) + "}:queue"
+func queueKey(name string) string { return keyOf(name, "queue") }
+
+// keyOf is a semaphore's key of kind "leases", "state" or "queue" under
+// the default prefix.
+func keyOf(name, kind string) string {
+	return limiter.DefaultPrefix + "{" + strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(name) + "}:" + kind
 }
 
 type logFunc func(string)

@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -124,7 +123,7 @@ func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
 	if _, err := sub.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	state := strings.TrimSuffix(queueKey(name), "queue") + "state"
+	state := keyOf(name, "state")
 	seq, err := rdb.HIncrBy(ctx, state, "seq", 1).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ func holdersAtMaxmemory(t *testing.T, master *redis.Client, c *limiter.Client) {
 			t.Fatal("Release out of memory:", err)
 		}
 	}
-	if n := master.ZCard(ctx, strings.TrimSuffix(queueKey("oom"), "queue")+"leases").Val(); n != 1 {
+	if n := master.ZCard(ctx, keyOf("oom", "leases")).Val(); n != 1 {
 		t.Fatalf("%d members in the leases set after the releases, want only the placeholder", n)
 	}
 }
