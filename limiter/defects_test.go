@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -362,42 +360,6 @@ func TestReclaimNeverReturnsAnEndedLeasesToken(t *testing.T) {
 	})
 }
 
-// A Redis that may evict the keys is found before the first grant: with
-// FailOnEviction acquisitions are refused, without it an error is logged
-// once; a noeviction Redis passes silently.
-func TestEvictingRedisIsNoticed(t *testing.T) {
-	ctx := ctxT(t, 10*time.Second)
-	evicting := redistest.StartServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru").Client(t)
-	var logs strings.Builder
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
-
-	refuse, _ := redistest.Limiter(t, evicting, limiter.FailOnEviction()).Mutex("evict")
-	if _, err := refuse.TryAcquire(ctx); !errors.Is(err, limiter.ErrEvictingRedis) {
-		t.Fatalf("FailOnEviction on volatile-lru: %v, want ErrEvictingRedis", err)
-	}
-	warn, _ := redistest.Limiter(t, evicting, limiter.Logger(logger)).Mutex("evict")
-	for range 2 {
-		l, err := warn.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = l.Release(ctx)
-	}
-	if n := strings.Count(logs.String(), "may evict"); n != 1 {
-		t.Fatalf("%d eviction warnings, want 1:\n%s", n, logs.String())
-	}
-
-	logs.Reset()
-	safe, _ := redistest.Limiter(t, redistest.StartServer(t, "--maxmemory", "100mb").Client(t),
-		limiter.FailOnEviction(), limiter.Logger(logger)).Mutex("evict")
-	if _, err := safe.TryAcquire(ctx); err != nil {
-		t.Fatalf("noeviction: %v", err)
-	}
-	if logs.Len() != 0 {
-		t.Fatalf("logged on a noeviction Redis: %s", logs.String())
-	}
-}
-
 // A slow Redis is not a full semaphore: an attempt in flight when
 // AcquireTimeout runs out may finish (for up to NodeTimeout more) and its
 // grant is used; one that never gets an answer ends in ErrTimeout, not
@@ -425,23 +387,5 @@ func TestAcquireTimeoutOnASlowRedis(t *testing.T) {
 	_, err = mu.Acquire(ctx)
 	if !errors.Is(err, limiter.ErrTimeout) || errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("no answer at all: %v, want ErrTimeout and not ErrBusy", err)
-	}
-}
-
-// An eviction check that could not reach Redis is run again: it must not
-// end up as "no eviction" for good.
-func TestEvictionCheckRetriedAfterAFailure(t *testing.T) {
-	ctx := ctxT(t, 20*time.Second)
-	srv := redistest.StartServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
-	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	c := redistest.Limiter(t, rdb, limiter.FailOnEviction())
-	mu, _ := c.Mutex("recheck")
-	srv.Stop(t)
-	if _, err := mu.TryAcquire(ctx); err == nil {
-		t.Fatal("granted with Redis stopped")
-	}
-	srv.Restart(t)
-	if _, err := mu.TryAcquire(ctx); !errors.Is(err, limiter.ErrEvictingRedis) {
-		t.Fatalf("after Redis came back: %v, want ErrEvictingRedis", err)
 	}
 }

@@ -611,28 +611,3 @@ func TestRedlockRollingRestartKeepsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// The eviction check asks a node again only while it has not answered: a
-// Redlock node down must not cost the healthy ones an INFO per acquisition.
-func TestEvictionCheckAsksOnlyTheSilentNodes(t *testing.T) {
-	q := startQuorum(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	q.servers[2].Stop(t)
-	q.servers[0].ResetStats(t)
-	mu, err := newRedlockMutex(t, q.nodes, "evict-down")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		l, err := mu.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := q.servers[0].CommandCalls(t)["info"]; n != 1 {
-		t.Fatalf("a healthy node answered INFO %d times in 5 acquisitions with another node down, want 1", n)
-	}
-}
