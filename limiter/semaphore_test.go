@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -580,32 +579,6 @@ func testAcquireGivesUp(t *testing.T, b backend) {
 	hs, _ := sem.Holders(ctx)
 	if len(hs) != 1 || hs[0].ID != held.ID() {
 		t.Fatalf("a failed Acquire left something held: %+v", hs)
-	}
-}
-
-func testExpiry(t *testing.T, b backend) {
-	rdb := b.client(t)
-	ctx := ctxT(t, 10*time.Second)
-	name := uniqueName(b, "expiry")
-	crashed, _ := newSemaphore(t, rdb, name, 2, limiter.TTL(150*time.Millisecond), limiter.RefreshInterval(0))
-	for range 2 {
-		if _, err := crashed.TryAcquire(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waiter, _ := newSemaphore(t, rdb, name, 2)
-	l, err := waiter.Acquire(ctx, limiter.Weight(2)) // woken by the expiry timer
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, _ := waiter.Holders(ctx)
-	ids := make([]string, 0, len(hs))
-	for _, h := range hs {
-		ids = append(ids, h.ID)
-	}
-	sort.Strings(ids)
-	if len(ids) != 1 || ids[0] != l.ID() {
-		t.Fatalf("holders after expiry: %v", ids)
 	}
 }
 
