@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -70,53 +68,6 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 			t.Fatalf("available %d, %v after Release with a cancelled ctx; want 2", n, err)
 		}
 	})
-}
-
-// Do reports a loss whatever fn returns, and does not block long on the
-// release when Redis is unreachable.
-func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
-	forEachBackend(t, testDoReportsLossAndReturnsPromptly)
-}
-
-func testDoReportsLossAndReturnsPromptly(t *testing.T, b backend) {
-	rdb := b.client(t)
-	ctx := ctxT(t, 20*time.Second)
-	sem, _ := newMutex(t, rdb, "doloss", limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(50*time.Millisecond))
-	err := sem.Do(ctx, func(ctx context.Context) error {
-		l, ok := limiter.LeaseFrom(ctx)
-		if !ok || l.Token() <= 0 {
-			t.Error("no lease in Do's context")
-		}
-		rdb.Del(ctx, "redsem:{doloss}:leases", "redsem:{doloss}:state")
-		<-ctx.Done()
-		return ctx.Err() // what most code returns
-	})
-	if !errors.Is(err, limiter.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Do after a loss: %v, want ErrLeaseLost joined with fn's error", err)
-	}
-
-	// A client with ContextTimeoutEnabled has the release run on the
-	// caller's goroutine, bounded by the socket deadline; one without, in
-	// a goroutine the caller stops waiting for.
-	for _, rdb := range []redis.UniversalClient{rdb, b.ctxClient(t)} {
-		slow, _ := newMutex(t, rdb, "doslow", limiter.TTL(10*time.Second), limiter.ReleaseTimeout(200*time.Millisecond))
-		var returned time.Time
-		var resume func()
-		start := time.Now()
-		err = slow.Do(ctx, func(ctx context.Context) error {
-			resume = b.pause(t)
-			returned = time.Now()
-			return nil
-		})
-		took := time.Since(returned)
-		resume()
-		if err == nil {
-			t.Fatal("Do with an unreachable Redis at release: no error")
-		}
-		if took > time.Second {
-			t.Fatalf("Do blocked %v on the release (ReleaseTimeout 200ms); started %v ago", took, time.Since(start))
-		}
-	}
 }
 
 // A retry that takes its own lease back after a lost reply leaves the

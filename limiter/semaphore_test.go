@@ -522,34 +522,6 @@ func testWaitingIsQuiet(t *testing.T, b backend) {
 	}
 }
 
-func testDo(t *testing.T, b backend) {
-	rdb := b.client(t)
-	ctx := ctxT(t, 10*time.Second)
-	sem, err := newSemaphore(t, rdb, uniqueName(b, "do"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	if err := sem.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
-		t.Fatalf("Do returned %v, want fn's error", err)
-	}
-	if n, _ := sem.Available(ctx); n != 1 {
-		t.Fatal("Do did not release after fn failed")
-	}
-	// fn's ctx is cancelled with ErrLeaseLost when the lease goes.
-	err = sem.Do(ctx, func(fctx context.Context) error {
-		hs, _ := sem.Holders(ctx)
-		for _, h := range hs {
-			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token})
-		}
-		<-fctx.Done()
-		return nil
-	}, limiter.Weight(1))
-	if err == nil {
-		t.Fatal("Do hid the loss of its lease")
-	}
-}
-
 func testAcquireGivesUp(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -689,22 +661,6 @@ func testHeavyWaiterNotStarved(t *testing.T, b backend) {
 	wg.Wait()
 	if light.Load() < 10 {
 		t.Fatalf("only %d light grants: the test proves nothing", light.Load())
-	}
-}
-
-func testDoPanic(t *testing.T, b backend) {
-	rdb := b.client(t)
-	ctx := ctxT(t, 10*time.Second)
-	sem, err := newSemaphore(t, rdb, uniqueName(b, "panic"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_ = sem.Do(ctx, func(context.Context) error { panic("boom") })
-	}()
-	if n, err := sem.Available(ctx); err != nil || n != 1 {
-		t.Fatalf("after fn panicked: available %d, %v; want the permit back", n, err)
 	}
 }
 

@@ -1,0 +1,106 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// Do and Lease.Run: the work under a lease, then the release. TestCore
+// runs testDo and testDoPanic on its backends.
+
+func testDo(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "do"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	if err := sem.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	if n, _ := sem.Available(ctx); n != 1 {
+		t.Fatal("Do did not release after fn failed")
+	}
+	// fn's ctx is cancelled with ErrLeaseLost when the lease goes.
+	err = sem.Do(ctx, func(fctx context.Context) error {
+		hs, _ := sem.Holders(ctx)
+		for _, h := range hs {
+			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token})
+		}
+		<-fctx.Done()
+		return nil
+	}, limiter.Weight(1))
+	if err == nil {
+		t.Fatal("Do hid the loss of its lease")
+	}
+}
+
+func testDoPanic(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	sem, err := newSemaphore(t, rdb, uniqueName(b, "panic"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = sem.Do(ctx, func(context.Context) error { panic("boom") })
+	}()
+	if n, err := sem.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("after fn panicked: available %d, %v; want the permit back", n, err)
+	}
+}
+
+// Do reports a loss whatever fn returns, and does not block long on the
+// release when Redis is unreachable.
+func TestDoReportsLossAndReturnsPromptly(t *testing.T) {
+	forEachBackend(t, testDoReportsLossAndReturnsPromptly)
+}
+
+func testDoReportsLossAndReturnsPromptly(t *testing.T, b backend) {
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	sem, _ := newMutex(t, rdb, "doloss", limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(50*time.Millisecond))
+	err := sem.Do(ctx, func(ctx context.Context) error {
+		l, ok := limiter.LeaseFrom(ctx)
+		if !ok || l.Token() <= 0 {
+			t.Error("no lease in Do's context")
+		}
+		rdb.Del(ctx, "redsem:{doloss}:leases", "redsem:{doloss}:state")
+		<-ctx.Done()
+		return ctx.Err() // what most code returns
+	})
+	if !errors.Is(err, limiter.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do after a loss: %v, want ErrLeaseLost joined with fn's error", err)
+	}
+
+	// A client with ContextTimeoutEnabled has the release run on the
+	// caller's goroutine, bounded by the socket deadline; one without, in
+	// a goroutine the caller stops waiting for.
+	for _, rdb := range []redis.UniversalClient{rdb, b.ctxClient(t)} {
+		slow, _ := newMutex(t, rdb, "doslow", limiter.TTL(10*time.Second), limiter.ReleaseTimeout(200*time.Millisecond))
+		var returned time.Time
+		var resume func()
+		start := time.Now()
+		err = slow.Do(ctx, func(ctx context.Context) error {
+			resume = b.pause(t)
+			returned = time.Now()
+			return nil
+		})
+		took := time.Since(returned)
+		resume()
+		if err == nil {
+			t.Fatal("Do with an unreachable Redis at release: no error")
+		}
+		if took > time.Second {
+			t.Fatalf("Do blocked %v on the release (ReleaseTimeout 200ms); started %v ago", took, time.Since(start))
+		}
+	}
+}
