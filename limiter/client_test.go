@@ -166,6 +166,46 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 }
 
+// A grant whose reply lands after Close collected the leases it releases
+// is given back at once and reported as ErrClosed, not handed out to be
+// left to its TTL.
+func TestGrantAfterCloseIsGivenBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	c, err := limiter.New(rdb, limiter.TTL(30*time.Second), limiter.RestartQuarantine(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := c.Mutex("after-close")
+	if l, err := sem.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded, connection up
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	type result struct {
+		l   *limiter.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := sem.TryAcquire(ctx)
+		got <- result{l, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the acquire is on the wire
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Resume(t)
+	r := <-got
+	if !errors.Is(r.err, limiter.ErrClosed) {
+		t.Fatalf("acquire granted after Close: lease %v, err %v; want ErrClosed", r.l, r.err)
+	}
+	other, _ := newMutex(t, rdb, "after-close")
+	if n, err := other.Available(ctx); err != nil || n != 1 {
+		t.Fatalf("after the late grant: %d free (%v), want 1", n, err)
+	}
+}
+
 // queueKey is the wait queue's key of a semaphore under the default prefix.
 func queueKey(name string) string { return keyOf(name, "queue") }
 
