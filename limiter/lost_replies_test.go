@@ -10,6 +10,11 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
+// An acquire's reply that comes late or never: a grant answered after
+// the lease's local deadline or after AcquireTimeout, and the retry after
+// a lost reply, which reclaims the lease that reply was about (and only
+// that one).
+
 // An acquire whose reply comes after the lease's local deadline must not
 // hand out a lease that is already lost, nor keep refreshing it: the
 // permit is given back.
