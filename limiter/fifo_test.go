@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,103 +151,6 @@ func TestQueueKeyExpires(t *testing.T) {
 		t.Fatalf("queue key PTTL %v: it would live forever", ttl)
 	}
 	_ = held.Release(ctx)
-}
-
-// A release grants the head waiter its lease in the same script (the
-// handoff): the waiter, in another Client or in the releaser's own, sends
-// no acquire of its own, and its lease, granted for the life of its queue
-// entry, is refreshed to its TTL.
-func TestReleaseHandsTheLeaseOver(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxT(t, 60*time.Second)
-		rdb := b.client(t)
-		holder, _ := newMutex(t, rdb, "handoff", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
-		other, _ := newMutex(t, b.client(t), "handoff", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
-		if l, err := holder.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded
-			t.Fatal(err)
-		}
-		for _, c := range []struct {
-			name   string
-			waiter *limiter.Mutex
-			pubs   int64
-		}{{"another Client", other, 1}, {"the releaser's Client", holder, 0}} {
-			l, err := holder.TryAcquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan *limiter.Lease, 1)
-			go func() {
-				l, err := c.waiter.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
-			redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
-				return rdb.ZCard(ctx, queueKey("handoff")).Val() == 1
-			})
-			b.reset(t)
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			next := <-got
-			if next == nil {
-				t.FailNow()
-			}
-			calls := b.calls(t)
-			if scripts := redistest.Scripts(calls); scripts != 1 || calls["publish"] != c.pubs {
-				t.Fatalf("%s: the handoff took %d script calls and %d PUBLISH, want the release alone and %d", c.name, scripts, calls["publish"], c.pubs)
-			}
-			if next.Token() <= l.Token() || next.Err() != nil {
-				t.Fatalf("%s: handed lease token %d after %d, err %v", c.name, next.Token(), l.Token(), next.Err())
-			}
-			redistest.Eventually(t, 5*time.Second, "the handed lease refreshed to its TTL", func() bool {
-				exp := rdb.ZScore(ctx, limiter.DefaultPrefix+"{handoff}:leases", next.ID()).Val()
-				return time.Until(time.UnixMilli(int64(exp))) > 8*time.Second
-			})
-			if err := next.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-}
-
-// A handoff whose wake-up is lost is the waiter's own when it asks again,
-// and one to a waiter that gave up meanwhile is given back by its leave.
-func TestHandoffLostOrLeft(t *testing.T) {
-	srv := redistest.StartServer(t)
-	ctx := ctxT(t, 30*time.Second)
-	mu, _ := newMutex(t, srv.Client(t), "lost-handoff", limiter.TTL(10*time.Second))
-	for _, leaves := range []bool{false, true} {
-		l, err := mu.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ghost := fmt.Sprintf("ghost-%v", leaves)
-		if granted, err := limiter.QueueForHandoff(ctx, mu.Semaphore, ghost); err != nil || granted {
-			t.Fatalf("queueing %s: granted %v, %v", ghost, granted, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		hs, _ := mu.Holders(ctx)
-		if len(hs) != 1 || hs[0].ID != ghost {
-			t.Fatalf("after the release: holders %+v, want %s (handed over)", hs, ghost)
-		}
-		if !leaves {
-			if granted, err := limiter.AcquireOnce(ctx, mu.Semaphore, ghost, ghost, false); err != nil || !granted {
-				t.Fatalf("the waiter asking again after a lost wake-up: granted %v, %v", granted, err)
-			}
-			_ = mu.ReleaseTicket(ctx, limiter.Ticket{Name: "lost-handoff", ID: ghost, Weight: 1, Token: hs[0].Token})
-			continue
-		}
-		if err := limiter.Leave(ctx, mu.Semaphore, ghost); err != nil {
-			t.Fatal(err)
-		}
-		if hs, _ := mu.Holders(ctx); len(hs) != 0 {
-			t.Fatalf("after the waiter left: holders %+v, want none", hs)
-		}
-	}
 }
 
 // lostReply lets Redis run the next waiting acquire (one that may queue)

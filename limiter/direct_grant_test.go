@@ -2,7 +2,6 @@ package limiter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"syscall"
@@ -13,9 +12,113 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// A release after the fleet limit was cleared (no limit recorded) hands
-// leases out within each waiter's own limit: a Mutex keeps one holder.
-func TestHandoffAfterClearingTheFleetLimit(t *testing.T) {
+// A direct grant: a release that frees room for a queued waiter grants it
+// its lease in the same script, and the waiter takes that lease instead of
+// acquiring. (Handing a held lease to another process by its Ticket is the
+// handover: handover_test.go. StopRefresh and Park: detach_test.go.)
+
+// A release grants the head waiter its lease in the same script: the
+// waiter, in another Client or in the releaser's own, sends no acquire of
+// its own, and its lease, granted for the life of its queue entry, is
+// refreshed to its TTL.
+func TestReleaseGrantsTheLeaseDirectly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := ctxT(t, 60*time.Second)
+		rdb := b.client(t)
+		holder, _ := newMutex(t, rdb, "direct", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
+		other, _ := newMutex(t, b.client(t), "direct", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
+		if l, err := holder.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // scripts loaded
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name   string
+			waiter *limiter.Mutex
+			pubs   int64
+		}{{"another Client", other, 1}, {"the releaser's Client", holder, 0}} {
+			l, err := holder.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *limiter.Lease, 1)
+			go func() {
+				l, err := c.waiter.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
+				return rdb.ZCard(ctx, queueKey("direct")).Val() == 1
+			})
+			b.reset(t)
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next := <-got
+			if next == nil {
+				t.FailNow()
+			}
+			calls := b.calls(t)
+			if scripts := redistest.Scripts(calls); scripts != 1 || calls["publish"] != c.pubs {
+				t.Fatalf("%s: the direct grant took %d script calls and %d PUBLISH, want the release alone and %d", c.name, scripts, calls["publish"], c.pubs)
+			}
+			if next.Token() <= l.Token() || next.Err() != nil {
+				t.Fatalf("%s: directly granted lease token %d after %d, err %v", c.name, next.Token(), l.Token(), next.Err())
+			}
+			redistest.Eventually(t, 5*time.Second, "the directly granted lease refreshed to its TTL", func() bool {
+				exp := rdb.ZScore(ctx, limiter.DefaultPrefix+"{direct}:leases", next.ID()).Val()
+				return time.Until(time.UnixMilli(int64(exp))) > 8*time.Second
+			})
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A direct grant whose wake-up is lost is the waiter's own when it asks
+// again, and one to a waiter that gave up meanwhile is given back by its
+// leave.
+func TestDirectGrantLostOrLeft(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	mu, _ := newMutex(t, srv.Client(t), "lost-grant", limiter.TTL(10*time.Second))
+	for _, leaves := range []bool{false, true} {
+		l, err := mu.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ghost := fmt.Sprintf("ghost-%v", leaves)
+		if granted, err := limiter.QueueForHandoff(ctx, mu.Semaphore, ghost); err != nil || granted {
+			t.Fatalf("queueing %s: granted %v, %v", ghost, granted, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hs, _ := mu.Holders(ctx)
+		if len(hs) != 1 || hs[0].ID != ghost {
+			t.Fatalf("after the release: holders %+v, want %s (granted directly)", hs, ghost)
+		}
+		if !leaves {
+			if granted, err := limiter.AcquireOnce(ctx, mu.Semaphore, ghost, ghost, false); err != nil || !granted {
+				t.Fatalf("the waiter asking again after a lost wake-up: granted %v, %v", granted, err)
+			}
+			_ = mu.ReleaseTicket(ctx, limiter.Ticket{Name: "lost-grant", ID: ghost, Weight: 1, Token: hs[0].Token})
+			continue
+		}
+		if err := limiter.Leave(ctx, mu.Semaphore, ghost); err != nil {
+			t.Fatal(err)
+		}
+		if hs, _ := mu.Holders(ctx); len(hs) != 0 {
+			t.Fatalf("after the waiter left: holders %+v, want none", hs)
+		}
+	}
+}
+
+// A release after the fleet limit was cleared (no limit recorded) grants
+// leases directly within each waiter's own limit: a Mutex keeps one
+// holder.
+func TestDirectGrantAfterClearingTheFleetLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb := srv.Client(t)
@@ -73,16 +176,16 @@ func TestHandoffAfterClearingTheFleetLimit(t *testing.T) {
 	}
 }
 
-// staleRounds bounds TestStaleHandoffAfterAPause (about 6s a round).
+// staleRounds bounds TestStaleDirectGrantAfterAPause (about 6s a round).
 const staleRounds = 3
 
-// A waiter frozen (SIGSTOP) across a handoff: the handed lease expires
-// with its queue entry and another holder is granted. On resumption the
-// waiter may ask again, and be answered "queued", before it reads the
-// delayed handoff message: the token that answer carries shows the
-// handoff stale, and the waiter must not run under it. Several names run
+// A waiter frozen (SIGSTOP) across a direct grant: the granted lease
+// expires with its queue entry and another holder is granted. On
+// resumption the waiter may ask again, and be answered "queued", before
+// it reads the delayed grant message: the token that answer carries shows
+// the grant stale, and the waiter must not run under it. Several names run
 // in parallel per round (without the check, about 1 in 4 overlapped).
-func TestStaleHandoffAfterAPause(t *testing.T) {
+func TestStaleDirectGrantAfterAPause(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 170*time.Second)
 	rdb := b.client(t)
@@ -115,14 +218,14 @@ func TestStaleHandoffAfterAPause(t *testing.T) {
 				t.Fatal(err)
 			}
 			if hs, _ := tr.mu.Holders(ctx); len(hs) != 1 {
-				t.Fatalf("round %d: not handed over: %+v", round, hs)
+				t.Fatalf("round %d: not granted directly: %+v", round, hs)
 			}
 		}
-		time.Sleep(3500 * time.Millisecond) // the handed leases expire with the entries
+		time.Sleep(3500 * time.Millisecond) // the granted leases expire with the entries
 		for _, tr := range trials {
 			var err error
 			if tr.held, err = tr.mu.TryAcquire(ctx); err != nil {
-				t.Fatalf("round %d: the handed lease did not expire: %v", round, err)
+				t.Fatalf("round %d: the directly granted lease did not expire: %v", round, err)
 			}
 		}
 		for _, tr := range trials {
@@ -146,11 +249,11 @@ func TestStaleHandoffAfterAPause(t *testing.T) {
 	}
 }
 
-// A handoff to a waiter with a long TTL is usable: the drift allowance is
-// that of the handed lease's short life, not of the TTL (5 minutes'
-// allowance exceeded the 3s life, every handoff was given back and FIFO
-// lost).
-func TestHandoffWithALongTTL(t *testing.T) {
+// A direct grant to a waiter with a long TTL is usable: the drift
+// allowance is that of the granted lease's short life, not of the TTL (5
+// minutes' allowance exceeded the 3s life, every direct grant was given
+// back and FIFO lost).
+func TestDirectGrantWithALongTTL(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb := srv.Client(t)
@@ -191,10 +294,10 @@ func TestHandoffWithALongTTL(t *testing.T) {
 	}
 }
 
-// A handoff checks the waiter against its own Semaphore's limit, as its
-// acquire would: a limit-1 waiter is not granted while 2 permits of a
+// A direct grant checks the waiter against its own Semaphore's limit, as
+// its acquire would: a limit-1 waiter is not granted while 2 permits of a
 // limit-3 Semaphore are held.
-func TestHandoffKeepsTheWaitersLimit(t *testing.T) {
+func TestDirectGrantKeepsTheWaitersLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	rdb := srv.Client(t)
@@ -236,56 +339,4 @@ func TestHandoffKeepsTheWaitersLimit(t *testing.T) {
 	}
 	_ = b.Release(ctx)
 	_ = c.Release(ctx)
-}
-
-// A lease Acquire got by a handoff, which Redis keeps for a few seconds
-// until its first refresh, still stays for its TTL after StopRefresh, as
-// StopRefresh promises for a Ticket passed on (it expired within 3s).
-func TestStopRefreshOfAHandedLease(t *testing.T) {
-	srv := redistest.StartServer(t)
-	ctx := ctxT(t, 60*time.Second)
-	rdb := srv.Client(t)
-	const name = "handed-stoprefresh"
-	mu, _ := newMutex(t, rdb, name, limiter.TTL(30*time.Second))
-	held, err := mu.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second), limiter.AcquireTimeout(0))
-	got := make(chan *limiter.Lease, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-			got <- nil
-			return
-		}
-		l.StopRefresh() // e.g. to pass its Ticket to another process
-		got <- l
-	}()
-	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := <-got
-	if l == nil {
-		return
-	}
-	tk := l.Ticket()
-	time.Sleep(4 * time.Second) // far below the 30s TTL
-	other, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second))
-	r, err := other.Resume(ctx, tk)
-	if err == nil {
-		_ = r.Release(ctx)
-		return
-	}
-	if errors.Is(err, limiter.ErrNotHeld) {
-		t.Errorf("a lease acquired by Acquire with TTL 30s, StopRefresh'd at once, expired within 4s: Resume of its ticket: %v", err)
-	} else {
-		t.Fatal(err)
-	}
-	if x, err := other.TryAcquire(context.Background()); err == nil {
-		t.Errorf("and another holder was granted the mutex (token %d) while the ticket's TTL had 26s left", x.Token())
-		_ = x.Release(ctx)
-	}
 }
