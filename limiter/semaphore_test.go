@@ -20,7 +20,7 @@ func TestCore(t *testing.T) {
 		t.Run("LimitHoldsInProcess", func(t *testing.T) { testLimitInProcess(t, b) })
 		t.Run("MixedTTLs", func(t *testing.T) { testMixedTTLs(t, b) })
 		t.Run("LossWhenKeysDeleted", func(t *testing.T) { testLossWhenDeleted(t, b) })
-		t.Run("Handoff", func(t *testing.T) { testHandoff(t, b) })
+		t.Run("Handover", func(t *testing.T) { testHandover(t, b) })
 		t.Run("OneHolderPerID", func(t *testing.T) { testOneHolderPerID(t, b) })
 		t.Run("FencingTokens", func(t *testing.T) { testFencing(t, b) })
 		t.Run("FencingAcrossIdleExpiry", func(t *testing.T) { testFencingIdle(t, b) })
@@ -253,84 +253,6 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 	}
 	if err := l.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
 		t.Fatalf("Release after loss: %v", err)
-	}
-}
-
-func testHandoff(t *testing.T, b backend) {
-	ctx := ctxT(t, 20*time.Second)
-	name := uniqueName(b, "handoff")
-	// Two clients stand for two processes.
-	cron, err := newMutex(t, b.client(t), name, limiter.TTL(300*time.Millisecond), limiter.RefreshInterval(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker, err := newMutex(t, b.client(t), name, limiter.TTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := cron.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := l.Ticket().String()
-	l.StopRefresh()
-	ticket, err := limiter.ParseTicket(text)
-	if err != nil || ticket != l.Ticket() {
-		t.Fatalf("ticket round trip: %+v, %v", ticket, err)
-	}
-	adopted, err := worker.Resume(ctx, ticket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A transfer: same id, a newer token, so the resource can fence the
-	// previous holder.
-	if adopted.ID() != l.ID() || adopted.Token() <= l.Token() {
-		t.Fatalf("adopted %s/%d, want %s/>%d", adopted.ID(), adopted.Token(), l.ID(), l.Token())
-	}
-	if _, err := worker.Resume(ctx, ticket); !errors.Is(err, limiter.ErrNotHeld) {
-		t.Fatalf("a second Resume of one ticket: %v, want ErrNotHeld", err)
-	}
-	time.Sleep(500 * time.Millisecond) // past the cron's 300ms TTL
-	if _, err := cron.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
-		t.Fatalf("after the original TTL the adopted lease must still hold: %v", err)
-	}
-	if adopted.Err() != nil {
-		t.Fatal(adopted.Err())
-	}
-	// Whoever has the ticket may release by it.
-	if err := cron.ReleaseTicket(ctx, adopted.Ticket()); err != nil {
-		t.Fatal(err)
-	}
-	if err := adopted.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
-		t.Fatalf("release after ReleaseTicket: %v", err)
-	}
-
-	// A ticket whose lease expired before pick-up cannot be adopted.
-	l2, err := cron.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-l2.Done() // refresh is off: it ends at its TTL
-	if !errors.Is(l2.Err(), limiter.ErrLeaseLost) {
-		t.Fatalf("expired lease Err: %v", l2.Err())
-	}
-	time.Sleep(20 * time.Millisecond) // the local deadline is a little early
-	if _, err := worker.Resume(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
-		t.Fatalf("Resume of an expired ticket: want ErrNotHeld, got %v", err)
-	}
-	if err := worker.ReleaseTicket(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
-		t.Fatalf("ReleaseTicket of an expired ticket: want ErrNotHeld, got %v", err)
-	}
-	// A stale ticket never touches a newer lease with the same id.
-	l3, err := cron.TryAcquire(ctx, limiter.ID(l2.ID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.ReleaseTicket(ctx, l2.Ticket()); !errors.Is(err, limiter.ErrNotHeld) {
-		t.Fatalf("stale ticket released a newer lease: %v", err)
-	}
-	if err := l3.Release(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -662,40 +584,4 @@ func testHeavyWaiterNotStarved(t *testing.T, b backend) {
 	if light.Load() < 10 {
 		t.Fatalf("only %d light grants: the test proves nothing", light.Load())
 	}
-}
-
-// A holder of the same id with a shorter TTL can neither share the lease
-// nor cut the expiry its holder was promised; Resume, the handoff, sets
-// the adopter's TTL.
-func testResumeNeverShortens(t *testing.T, b backend) {
-	ctx := ctxT(t, 10*time.Second)
-	name := uniqueName(b, "shorten")
-	long, _ := newMutex(t, b.client(t), name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
-	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
-	l, err := long.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
-		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
-	}
-	if err := l.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs, _ := long.Holders(ctx)
-	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
-		t.Fatalf("the expiry was shortened: %+v", hs)
-	}
-	adopted, err := short.Resume(ctx, l.Ticket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, _ = long.Holders(ctx)
-	if len(hs) != 1 || hs[0].TTL > time.Second {
-		t.Fatalf("Resume did not apply the adopter's TTL: %+v", hs)
-	}
-	if err := l.Refresh(ctx); !errors.Is(err, limiter.ErrLeaseLost) {
-		t.Fatalf("the previous holder's refresh after a handoff: %v, want ErrLeaseLost", err)
-	}
-	_ = adopted.Release(ctx)
 }
