@@ -11,6 +11,64 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
+// Detaching a lease from its holder's process: StopRefresh stops keeping
+// it alive here (its Ticket goes elsewhere) and Park leaves it in Redis
+// held by nobody until a Resume. (The handover itself:
+// handover_test.go.)
+
+// A lease Acquire got by a direct grant, which Redis keeps for a few
+// seconds until its first refresh, still stays for its TTL after
+// StopRefresh, as StopRefresh promises for a Ticket passed on (it expired
+// within 3s).
+func TestStopRefreshOfADirectlyGrantedLease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 60*time.Second)
+	rdb := srv.Client(t)
+	const name = "granted-stoprefresh"
+	mu, _ := newMutex(t, rdb, name, limiter.TTL(30*time.Second))
+	held, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second), limiter.AcquireTimeout(0))
+	got := make(chan *limiter.Lease, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+			got <- nil
+			return
+		}
+		l.StopRefresh() // e.g. to pass its Ticket to another process
+		got <- l
+	}()
+	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	tk := l.Ticket()
+	time.Sleep(4 * time.Second) // far below the 30s TTL
+	other, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second))
+	r, err := other.Resume(ctx, tk)
+	if err == nil {
+		_ = r.Release(ctx)
+		return
+	}
+	if errors.Is(err, limiter.ErrNotHeld) {
+		t.Errorf("a lease acquired by Acquire with TTL 30s, StopRefresh'd at once, expired within 4s: Resume of its ticket: %v", err)
+	} else {
+		t.Fatal(err)
+	}
+	if x, err := other.TryAcquire(context.Background()); err == nil {
+		t.Errorf("and another holder was granted the mutex (token %d) while the ticket's TTL had 26s left", x.Token())
+		_ = x.Release(ctx)
+	}
+}
+
 // A parked lease keeps its permits with no holder; the first Resume of
 // any ticket of its id takes it over with a higher token, a second one and
 // the parker's own Release cannot touch it, and unresumed it ends at its
@@ -25,7 +83,7 @@ func TestPark(t *testing.T) {
 			t.Fatal(err)
 		}
 		stale := l.Ticket() // what the retry's headers carry
-		// Handed on once, as the scheduler's first run adopts it.
+		// Handed over once, as the scheduler's first run adopts it.
 		l.StopRefresh()
 		adopted, err := first.Resume(ctx, stale)
 		if err != nil {
@@ -220,57 +278,5 @@ func TestResumeDuringParkWriteBack(t *testing.T) {
 	}
 	if resumed == 0 {
 		t.Fatal("no Resume won: the test proves nothing")
-	}
-}
-
-// A lease Acquire got by a handoff, which Redis keeps for a few seconds
-// until its first refresh, still stays for its TTL after StopRefresh, as
-// StopRefresh promises for a Ticket passed on (it expired within 3s).
-func TestStopRefreshOfAHandedLease(t *testing.T) {
-	srv := redistest.StartServer(t)
-	ctx := ctxT(t, 60*time.Second)
-	rdb := srv.Client(t)
-	const name = "handed-stoprefresh"
-	mu, _ := newMutex(t, rdb, name, limiter.TTL(30*time.Second))
-	held, err := mu.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second), limiter.AcquireTimeout(0))
-	got := make(chan *limiter.Lease, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
-			got <- nil
-			return
-		}
-		l.StopRefresh() // e.g. to pass its Ticket to another process
-		got <- l
-	}()
-	redistest.Eventually(t, 10*time.Second, "queued", func() bool { return rdb.ZCard(ctx, queueKey(name)).Val() == 1 })
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l := <-got
-	if l == nil {
-		return
-	}
-	tk := l.Ticket()
-	time.Sleep(4 * time.Second) // far below the 30s TTL
-	other, _ := newMutex(t, srv.Client(t), name, limiter.TTL(30*time.Second))
-	r, err := other.Resume(ctx, tk)
-	if err == nil {
-		_ = r.Release(ctx)
-		return
-	}
-	if errors.Is(err, limiter.ErrNotHeld) {
-		t.Errorf("a lease acquired by Acquire with TTL 30s, StopRefresh'd at once, expired within 4s: Resume of its ticket: %v", err)
-	} else {
-		t.Fatal(err)
-	}
-	if x, err := other.TryAcquire(context.Background()); err == nil {
-		t.Errorf("and another holder was granted the mutex (token %d) while the ticket's TTL had 26s left", x.Token())
-		_ = x.Release(ctx)
 	}
 }
