@@ -142,9 +142,10 @@ func TestWaitReplicasUnconfirmedRefreshIsAFailure(t *testing.T) {
 }
 
 // With WaitReplicas a release wakes the waiter, which acquires itself,
-// instead of granting it the lease in the release (a handoff, whose
-// replication the waiter could not confirm). A handed lease first lives
-// only as long as the queue entry (3s); an acquired one its TTL.
+// instead of granting it the lease in the release (a direct grant, whose
+// replication the waiter could not confirm). A directly granted lease
+// first lives only as long as the queue entry (3s); an acquired one its
+// TTL.
 func TestWaitReplicasWaiterAcquiresItself(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	f := redistest.StartFailover(t)
@@ -184,7 +185,7 @@ func TestWaitReplicasWaiterAcquiresItself(t *testing.T) {
 		t.Fatalf("holders %+v, %v", hs, err)
 	}
 	if hs[0].TTL <= 5*time.Second {
-		t.Fatalf("the waiter's lease lives %v in Redis: it was handed over by the release, not acquired", hs[0].TTL)
+		t.Fatalf("the waiter's lease lives %v in Redis: it was granted directly by the release, not acquired", hs[0].TTL)
 	}
 }
 

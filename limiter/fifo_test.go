@@ -67,7 +67,7 @@ func TestOneWakePerRelease(t *testing.T) {
 		t.Fatalf("one release with %d waiters: %d PUBLISH, %d script calls; want 1 and 2 (release, the head's acquire) plus keep-alives",
 			clients*perClient, calls["publish"], redistest.Scripts(calls))
 	}
-	// Drain: each release hands on to exactly the next.
+	// Drain: each release grants exactly the next waiter.
 	for range clients*perClient - 1 {
 		if err := next.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -132,7 +132,7 @@ func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// "<weight>:<expiry ms>:<handoff ttl ms>:<own limit>:<channel>", handoff 0: wake only.
+	// "<weight>:<expiry ms>:<direct-grant ttl ms>:<own limit>:<channel>", 0: wake only.
 	rec := fmt.Sprintf("1:%d:0:1:%s", ms.UnixMilli()+10_000, channel)
 	if err := rdb.ZAdd(ctx, queueKey(name), redis.Z{Score: float64(seq), Member: "w-old"}).Err(); err != nil {
 		t.Fatal(err)

@@ -167,7 +167,7 @@ const queueTTLForTest = 3 * time.Second
 
 // 1,000 waiters in 8 processes on a held mutex: waiting costs one
 // keep-alive per process and second, and a release one release script
-// (which hands the lease over) and one PUBLISH.
+// (which grants the next waiter its lease directly) and one PUBLISH.
 func TestThousandWaitersAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 120*time.Second)
@@ -202,8 +202,9 @@ func TestThousandWaitersAcrossProcesses(t *testing.T) {
 		return rdb.LLen(ctx, "order:{"+name+"}").Val() >= 1
 	})
 	calls = b.calls(t)
-	// The release, which hands the lease over (the next holder holds on
-	// for 5s), plus keep-alives that fell due meanwhile.
+	// The release, which grants the next waiter its lease directly (the
+	// next holder holds on for 5s), plus keep-alives that fell due
+	// meanwhile.
 	if calls["publish"] > 1 || redistest.Scripts(calls) > 1+procs {
 		t.Fatalf("one release with %d waiters: %d PUBLISH, %d script calls", procs*per, calls["publish"], redistest.Scripts(calls))
 	}
