@@ -42,6 +42,8 @@ func testDo(t *testing.T, b backend) {
 	}
 }
 
+// When fn panics, Do releases the lease and the panic goes on: the caller
+// recovers fn's own panic value, by when the permit is back.
 func testDoPanic(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -49,12 +51,24 @@ func testDoPanic(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var (
+		recovered any
+		free      int64
+		freeErr   error
+	)
 	func() {
-		defer func() { _ = recover() }()
-		_ = sem.Do(ctx, func(context.Context) error { panic("boom") })
+		defer func() {
+			recovered = recover()
+			free, freeErr = sem.Available(ctx) // before anything else runs
+		}()
+		err := sem.Do(ctx, func(context.Context) error { panic("boom") })
+		t.Errorf("Do returned (%v) after fn panicked: the panic did not go on", err)
 	}()
-	if n, err := sem.Available(ctx); err != nil || n != 1 {
-		t.Fatalf("after fn panicked: available %d, %v; want the permit back", n, err)
+	if recovered != "boom" {
+		t.Fatalf("recovered %v from Do, want fn's panic \"boom\"", recovered)
+	}
+	if freeErr != nil || free != 1 {
+		t.Fatalf("when fn's panic reached the caller: available %d, %v; want the permit back", free, freeErr)
 	}
 }
 
