@@ -14,6 +14,9 @@ import (
 // Do and Lease.Run: the work under a lease, then the release. TestCore
 // runs testDo and testDoPanic on its backends.
 
+// Do returns fn's error, having released the lease. When the lease is
+// lost under fn, fn's ctx is cancelled with cause ErrLeaseLost, and Do's
+// error matches ErrLeaseLost though fn returned nil.
 func testDo(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -29,16 +32,21 @@ func testDo(t *testing.T, b backend) {
 		t.Fatal("Do did not release after fn failed")
 	}
 	// fn's ctx is cancelled with ErrLeaseLost when the lease goes.
+	var cause error
 	err = sem.Do(ctx, func(fctx context.Context) error {
 		hs, _ := sem.Holders(ctx)
 		for _, h := range hs {
 			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token})
 		}
 		<-fctx.Done()
+		cause = context.Cause(fctx)
 		return nil
 	}, limiter.Weight(1))
-	if err == nil {
-		t.Fatal("Do hid the loss of its lease")
+	if !errors.Is(cause, limiter.ErrLeaseLost) {
+		t.Fatalf("fn's ctx ended with cause %v, want ErrLeaseLost", cause)
+	}
+	if !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("Do after its lease was lost under fn (which returned nil): %v, want ErrLeaseLost", err)
 	}
 }
 
