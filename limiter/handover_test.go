@@ -96,40 +96,59 @@ func testHandover(t *testing.T, b backend) {
 	}
 }
 
-// A holder of the same id with a shorter TTL can neither share the lease
-// nor cut the expiry its holder was promised; Resume, the handover, sets
-// the adopter's TTL.
-func testResumeNeverShortens(t *testing.T, b backend) {
+// Resume applies the adopter's TTL from now, shorter or longer than the
+// lease had left (Refresh, by contrast, only ever extends), and the
+// holder it was taken from can no longer refresh it. TestCore runs it.
+func testResumeAppliesTheAdoptersTTL(t *testing.T, b backend) {
 	ctx := ctxT(t, 10*time.Second)
-	name := uniqueName(b, "shorten")
+	name := uniqueName(b, "adopterttl")
 	long, _ := newMutex(t, b.client(t), name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
 	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
+	ttl := func() time.Duration {
+		t.Helper()
+		hs, err := long.Holders(ctx)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("holders %+v, %v; want the one lease", hs, err)
+		}
+		return hs[0].TTL
+	}
 	l, err := long.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
-		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
+	if left := ttl(); left < 9*time.Second {
+		t.Fatalf("a fresh 10s lease has %v left", left)
 	}
-	if err := l.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hs, _ := long.Holders(ctx)
-	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
-		t.Fatalf("the expiry was shortened: %+v", hs)
-	}
+
+	// Shorter: 10s left, adopted with a TTL of 1s.
 	adopted, err := short.Resume(ctx, l.Ticket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _ = long.Holders(ctx)
-	if len(hs) != 1 || hs[0].TTL > time.Second {
-		t.Fatalf("Resume did not apply the adopter's TTL: %+v", hs)
+	if left := ttl(); left > time.Second {
+		t.Fatalf("Resume with a 1s TTL of a lease with ~10s left: %v left, want the adopter's 1s", left)
 	}
 	if err := l.Refresh(ctx); !errors.Is(err, limiter.ErrLeaseLost) {
 		t.Fatalf("the previous holder's refresh after a handover: %v, want ErrLeaseLost", err)
 	}
-	_ = adopted.Release(ctx)
+	if left := ttl(); left > time.Second {
+		t.Fatalf("the previous holder's refresh extended the adopted lease to %v", left)
+	}
+
+	// Longer: under 1s left, adopted back with a TTL of 10s.
+	back, err := long.Resume(ctx, adopted.Ticket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := ttl(); left < 9*time.Second {
+		t.Fatalf("Resume with a 10s TTL of a lease with under 1s left: %v left, want the adopter's 10s", left)
+	}
+	if err := adopted.Refresh(ctx); !errors.Is(err, limiter.ErrLeaseLost) {
+		t.Fatalf("the previous holder's refresh after a handover: %v, want ErrLeaseLost", err)
+	}
+	if err := back.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A live lease is never taken by a ticket with another token: only a

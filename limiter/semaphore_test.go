@@ -22,6 +22,7 @@ func TestCore(t *testing.T) {
 		t.Run("LossWhenKeysDeleted", func(t *testing.T) { testLossWhenDeleted(t, b) })
 		t.Run("Handover", func(t *testing.T) { testHandover(t, b) })
 		t.Run("OneHolderPerID", func(t *testing.T) { testOneHolderPerID(t, b) })
+		t.Run("SameIDKeepsTheHoldersExpiry", func(t *testing.T) { testSameIDKeepsTheHoldersExpiry(t, b) })
 		t.Run("FencingTokens", func(t *testing.T) { testFencing(t, b) })
 		t.Run("FencingAcrossIdleExpiry", func(t *testing.T) { testFencingIdle(t, b) })
 		t.Run("WaitingCostsNothing", func(t *testing.T) { testWaitingIsQuiet(t, b) })
@@ -31,7 +32,7 @@ func TestCore(t *testing.T) {
 		t.Run("ArrivalOrderWithinProcess", func(t *testing.T) { testArrivalOrder(t, b) })
 		t.Run("HeavyWaiterNotStarved", func(t *testing.T) { testHeavyWaiterNotStarved(t, b) })
 		t.Run("DoReleasesOnPanic", func(t *testing.T) { testDoPanic(t, b) })
-		t.Run("ResumeNeverShortens", func(t *testing.T) { testResumeNeverShortens(t, b) })
+		t.Run("ResumeAppliesTheAdoptersTTL", func(t *testing.T) { testResumeAppliesTheAdoptersTTL(t, b) })
 	})
 }
 
@@ -311,6 +312,36 @@ func testOneHolderPerID(t *testing.T, b backend) {
 	}
 	if n, _ := sem.Available(ctx); n != 3 {
 		t.Fatalf("available %d after release, want 3", n)
+	}
+}
+
+// A holder of the same id with a shorter TTL, in another Client, can
+// neither share the lease nor cut the expiry its holder was promised.
+func testSameIDKeepsTheHoldersExpiry(t *testing.T, b backend) {
+	ctx := ctxT(t, 10*time.Second)
+	name := uniqueName(b, "shorten")
+	long, _ := newMutex(t, b.client(t), name, limiter.TTL(10*time.Second), limiter.RefreshInterval(0))
+	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
+	l, err := long.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
+	}
+	hs, _ := long.Holders(ctx)
+	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
+		t.Fatalf("the expiry was shortened by a same-id attempt with a 1s TTL: %+v", hs)
+	}
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ = long.Holders(ctx)
+	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
+		t.Fatalf("the expiry was shortened: %+v", hs)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
