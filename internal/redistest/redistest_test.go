@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +67,8 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
+// Stop kills a paused server and may be called again; a server its test
+// left paused is killed, and reaped, by the test's cleanup.
 func TestStopIdempotentAndPausedCleanup(t *testing.T) {
 	t.Parallel()
 	s := StartServer(t)
@@ -75,8 +78,16 @@ func TestStopIdempotentAndPausedCleanup(t *testing.T) {
 	if _, err := s.command(200*time.Millisecond, "PING"); err == nil {
 		t.Fatal("PING succeeded after Stop")
 	}
-	s2 := StartServer(t)
-	s2.Pause(t) // left paused: t.Cleanup must kill it
+	var pid int
+	t.Run("left paused", func(t *testing.T) {
+		s2 := StartServer(t)
+		s2.Pause(t) // left paused: t.Cleanup must kill it
+		pid = s2.proc.cmd.Process.Pid
+	})
+	// The subtest's cleanups have run.
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the server left paused (pid %d) outlived its test's cleanup: kill -0 says %v, want ESRCH", pid, err)
+	}
 }
 
 func TestRestartIsEmptyOnSameAddr(t *testing.T) {
