@@ -4,20 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/scheduler"
 )
-
-// TestMain starts the redis-server the runnable Examples find in
-// REDIS_ADDR.
-func TestMain(m *testing.M) { redistest.Main(m, nil) }
 
 // The cron side takes the job's lock and enqueues the task with its
 // ticket; the worker side (Adopt) takes the lock over, runs the handler
