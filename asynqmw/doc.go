@@ -32,6 +32,12 @@
 // the task's context or the limiter Client's Close ends, or a Redis
 // failure, returns that error and asynq retries the task as for any error.
 //
+// IsFailure and RetryDelay are the one way this module's asynq
+// middlewares talk to asynq's retries: scheduler.Adopt returns the same
+// *BusyError (an earlier run still holds the job's lock) and a *RetryError
+// (a failed run whose lock waits for its retry), so a server that uses
+// both middlewares sets the two Config fields once, as above.
+//
 // A waiting task holds one of its asynq server's Concurrency slots: if
 // gated tasks fill every slot, tasks no rule matches wait for a slot too.
 // Short MaxWaits (the task goes back to the queue and frees its slot), a

@@ -353,7 +353,7 @@ func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*lim
 	if err != nil {
 		if errors.Is(err, errGateTimeout) {
 			m.opts.metrics.requeued(g.r.Name)
-			return nil, &BusyError{Rule: g.r.Name, Semaphore: g.name, RetryIn: max(g.r.MaxWait, minRetryIn), err: err}
+			return nil, &BusyError{Semaphore: g.name, RetryIn: jitter(max(g.r.MaxWait, minRetryIn)), Err: err}
 		}
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}

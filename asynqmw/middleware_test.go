@@ -355,18 +355,52 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
+// IsFailure and RetryDelay read the *BusyError and *RetryError that New's
+// middleware and scheduler.Adopt return, also when wrapped, and leave
+// every other error to next (or asynq's defaults).
 func TestRetryHelpers(t *testing.T) {
-	busy := asynqmw.IsFailure(nil)
-	if busy(nil) || !busy(errors.New("x")) {
-		t.Fatal("IsFailure(nil) must behave as asynq's default for other errors")
+	isFailure := asynqmw.IsFailure(nil)
+	delay := asynqmw.RetryDelay(nil)
+	busy := &asynqmw.BusyError{Semaphore: "s", RetryIn: 3 * time.Second}
+	wrapped := fmt.Errorf("outer: %w", busy)
+	exceeded := &asynqmw.BusyError{Semaphore: "s", RetryIn: 3 * time.Second, Exceeded: true}
+	retry := fmt.Errorf("outer: %w", &asynqmw.RetryError{RetryIn: 7 * time.Second, Err: errors.New("handler failed")})
+	for _, tc := range []struct {
+		name    string
+		err     error
+		failure bool
+		delay   time.Duration // 0: asynq's default
+	}{
+		{"busy", busy, false, 3 * time.Second},
+		{"wrapped busy", wrapped, false, 3 * time.Second},
+		{"busy past MaxGated", exceeded, true, 3 * time.Second},
+		{"retry", retry, true, 7 * time.Second},
+		{"other", errors.New("x"), true, 0},
+	} {
+		if got := isFailure(tc.err); got != tc.failure {
+			t.Errorf("%s: IsFailure %v, want %v", tc.name, got, tc.failure)
+		}
+		d := delay(0, tc.err, asynq.NewTask("t", nil))
+		if tc.delay != 0 && d != tc.delay || tc.delay == 0 && d < 15*time.Second {
+			t.Errorf("%s: RetryDelay %v, want %v (0: asynq's default, >= 15s)", tc.name, d, tc.delay)
+		}
+	}
+	if !errors.Is(wrapped, limiter.ErrBusy) || errors.Is(retry, limiter.ErrBusy) {
+		t.Error("a *BusyError must match limiter.ErrBusy, a *RetryError not")
+	}
+	if isFailure(nil) {
+		t.Error("IsFailure(nil)(nil) must be false, as asynq's default")
 	}
 	custom := asynqmw.IsFailure(func(error) bool { return false })
-	if custom(errors.New("x")) {
-		t.Fatal("IsFailure must defer to next")
+	if custom(errors.New("x")) || !custom(exceeded) {
+		t.Fatal("IsFailure must defer to next for other errors only")
 	}
-	delay := asynqmw.RetryDelay(func(int, error, *asynq.Task) time.Duration { return 42 * time.Second })
+	delay = asynqmw.RetryDelay(func(int, error, *asynq.Task) time.Duration { return 42 * time.Second })
 	if d := delay(1, errors.New("x"), nil); d != 42*time.Second {
 		t.Fatalf("RetryDelay must defer to next: %v", d)
+	}
+	if d := delay(1, busy, nil); d != 3*time.Second {
+		t.Fatalf("RetryDelay must not defer a *BusyError to next: %v", d)
 	}
 }
 
@@ -446,7 +480,7 @@ func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
 		return err == nil && ti.LastErr != ""
 	})
 	ti, _ := insp.GetTaskInfo("default", info.ID)
-	if ti.Retried != 0 || !strings.Contains(ti.LastErr, "full") {
+	if ti.Retried != 0 || !strings.Contains(ti.LastErr, "is busy") {
 		t.Fatalf("retried %d, last error %q: want a busy return before the deadline, no retry spent", ti.Retried, ti.LastErr)
 	}
 }

@@ -15,30 +15,43 @@ import (
 // minRetryIn keeps a tiny MaxWait from turning into a re-queue storm.
 const minRetryIn = 100 * time.Millisecond
 
-// BusyError is what a gated task returns when no permit freed within its
-// wait (see New). errors.Is(err, limiter.ErrBusy) is true for it.
+// BusyError is what a task returns when something it needs is taken:
+// a permit of one of its rules (New) that did not free within the wait,
+// or its job's lock, which an earlier run of the same tick still holds
+// (scheduler.Adopt). It is not a failure: with IsFailure and RetryDelay
+// in the server's Config, asynq re-queues the task after RetryIn without
+// spending a retry, unless Exceeded is set (MaxGated).
+// errors.Is(err, limiter.ErrBusy) is true for it.
 type BusyError struct {
-	Rule      string        // the rule's Name
-	Semaphore string        // the semaphore that was full (Name, or Name:key)
-	RetryIn   time.Duration // suggested delay before the next try (RetryDelay jitters it)
+	// Semaphore is what was taken: a rule's Name (Name:key for a Key
+	// rule), or a scheduled job's lock.
+	Semaphore string
+	// RetryIn is the delay RetryDelay gives asynq. New's middleware sets
+	// it to the rule's MaxWait (at least 100ms), jittered to
+	// [½, 1½)× so that re-queued tasks do not come back together.
+	RetryIn time.Duration
 	// Since is when the task's busy re-queues began, with MaxGated (else
 	// zero); Exceeded says that is longer ago than MaxGated allows, which
 	// makes IsFailure count the error as a failure.
 	Since    time.Time
 	Exceeded bool
-	err      error
+	// Err says what ended the wait (Unwrap returns it); it may be nil.
+	Err error
 }
 
 // sinceMark carries Since in the error text, which asynq stores as the
 // task's last error: the next busy return reads it back (MaxGated).
 const sinceMark = " [gated since "
 
-// Error says which semaphore was full and, with MaxGated, since when the
-// task is gated.
+// Error says what was busy and, with MaxGated, since when the task is
+// gated.
 func (e *BusyError) Error() string {
-	msg := fmt.Sprintf("asynqmw: %s is full; retry in about %v: %v", e.Semaphore, e.RetryIn, e.err)
+	msg := fmt.Sprintf("asynqmw: %s is busy; retry in %v", e.Semaphore, e.RetryIn.Round(time.Millisecond))
 	if e.Exceeded {
-		msg = fmt.Sprintf("asynqmw: %s is full, and the task is gated for longer than MaxGated (counted as a failure): %v", e.Semaphore, e.err)
+		msg = fmt.Sprintf("asynqmw: %s is busy, and the task is gated for longer than MaxGated (counted as a failure)", e.Semaphore)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
 	}
 	if !e.Since.IsZero() {
 		msg += sinceMark + e.Since.UTC().Format(time.RFC3339Nano) + "]"
@@ -60,16 +73,34 @@ func parseSince(lastErr string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// Unwrap returns the error that ended the wait.
-func (e *BusyError) Unwrap() error { return e.err }
+// Unwrap returns Err.
+func (e *BusyError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, limiter.ErrBusy) true.
 func (e *BusyError) Is(target error) bool { return target == limiter.ErrBusy }
 
-// IsFailure returns a Config.IsFailure for asynq.Server: a *BusyError is
-// not a failure (asynq re-queues the task without counting a retry)
-// unless its Exceeded is set (see MaxGated); every other error is judged
-// by next, or counted as a failure when next is nil (asynq's default).
+// RetryError is a failure that sets its own retry delay: with RetryDelay
+// in the server's Config, asynq retries the task after exactly RetryIn,
+// spending a retry as for any failure. scheduler.Adopt returns it when a
+// run fails and its job's lock is kept for the retry: the lock waits
+// RetryIn (plus the job's TTL) for it, so a retry that asynq delays
+// otherwise may find the lock gone and be skipped.
+type RetryError struct {
+	RetryIn time.Duration
+	Err     error // the handler's error (Unwrap returns it)
+}
+
+// Error is Err's text and the delay.
+func (e *RetryError) Error() string { return fmt.Sprintf("%v; retry in %v", e.Err, e.RetryIn) }
+
+// Unwrap returns Err.
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// IsFailure returns a Config.IsFailure for asynq.Server: an error that
+// is or wraps a *BusyError is not a failure (asynq re-queues the task
+// without counting a retry) unless its Exceeded is set (see MaxGated);
+// every other error, a *RetryError included, is judged by next, or
+// counted as a failure when next is nil (asynq's default).
 func IsFailure(next func(error) bool) func(error) bool {
 	return func(err error) bool {
 		var busy *BusyError
@@ -83,20 +114,23 @@ func IsFailure(next func(error) bool) func(error) bool {
 	}
 }
 
-// RetryDelay returns a Config.RetryDelayFunc for asynq.Server: a
-// *BusyError is retried after its RetryIn, jittered to [½, 1½)× so that
-// re-queued tasks do not come back together; every other error goes to
-// next, or to asynq.DefaultRetryDelayFunc when next is nil. asynq moves
-// due retries to the queue every Config.DelayedTaskCheckInterval (5s by
-// default), which bounds how soon a re-queued task runs again. Note that
-// asynq also hands every re-queued *BusyError to Config.ErrorHandler:
-// filter it there if that alerts.
+// RetryDelay returns a Config.RetryDelayFunc for asynq.Server: an error
+// that is or wraps a *BusyError or a *RetryError is retried after its
+// RetryIn; every other error goes to next, or to
+// asynq.DefaultRetryDelayFunc when next is nil. asynq moves due retries
+// to the queue every Config.DelayedTaskCheckInterval (5s by default),
+// which bounds how soon a re-queued task runs again. asynq also hands
+// every re-queued *BusyError to Config.ErrorHandler: filter it there
+// (errors.Is(err, limiter.ErrBusy)) if that alerts.
 func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var busy *BusyError
 		if errors.As(err, &busy) {
-			d := busy.RetryIn
-			return d/2 + rand.N(d+1)
+			return busy.RetryIn
+		}
+		var retry *RetryError
+		if errors.As(err, &retry) {
+			return retry.RetryIn
 		}
 		if next != nil {
 			return next(n, err, t)
@@ -104,3 +138,6 @@ func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 		return asynq.DefaultRetryDelayFunc(n, err, t)
 	}
 }
+
+// jitter spreads d over [½, 1½)×d.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d+1) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -35,15 +36,17 @@ import (
 // asynq.SkipRetry or asynq.RevokeTask) keeps the lock for that retry
 // rather than release it: the lease is parked (limiter.Lease.Park: held
 // by no process, unrefreshed) for the retry delay (RetryDelayFunc) plus
-// the job's TTL, and the task returns a
-// *RetryError wrapping the handler's error (use RetryDelay so that asynq
-// waits exactly that delay). No tick can take the lock meanwhile. The
-// retry, in any worker, takes the parked lease over (with a new fencing
-// token); a retry that finds an earlier run of its tick still holding the
-// lock (a handler that outlived its deadline) returns a *BusyError and is
-// re-queued (see IsFailure) until that run returns. If keeping the lock
-// fails (a Redis error), the lock is released and the retry will be
-// skipped; this is logged.
+// the job's TTL, and the task returns an *asynqmw.RetryError wrapping the
+// handler's error, with that delay as its RetryIn (asynqmw.RetryDelay in
+// the server's Config makes asynq wait exactly that). No tick can take
+// the lock meanwhile. The retry, in any worker, takes the parked lease
+// over (with a new fencing token); a retry that finds an earlier run of
+// its tick still holding the lock (a handler that outlived its deadline)
+// returns an *asynqmw.BusyError naming the lock, with RetryIn half the
+// WorkerTTL, and is re-queued without spending a retry
+// (asynqmw.IsFailure) until that run returns. If keeping the lock fails
+// (a Redis error), the lock is released and the retry will be skipped;
+// this is logged.
 //
 // A task whose lock is gone (it waited longer than the job's TTL, its run
 // already ended, or its kept lock lapsed) returns an error wrapping
@@ -117,7 +120,8 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 		case errors.Is(err, errRunning):
 			a.opts.metrics.add(job, EventAdoptBusy)
 			a.opts.logger.Debug("redsem scheduler: an earlier run still holds the lock; task re-queued", "job", job, "task", t.Type())
-			return &BusyError{Job: job, RetryIn: max(a.opts.ttl/2, 100*time.Millisecond)}
+			return &asynqmw.BusyError{Semaphore: ho.ticket.Name, RetryIn: max(a.opts.ttl/2, 100*time.Millisecond),
+				Err: fmt.Errorf("redsem scheduler: an earlier run of job %s still holds its lock", job)}
 		case errors.Is(err, limiter.ErrNotHeld) || errors.Is(err, limiter.ErrInvalidArgument):
 			a.opts.metrics.add(job, EventAdoptFailed)
 			a.opts.logger.Warn("redsem scheduler: lock not held, task skipped", "job", job, "task", t.Type(), "err", err)
@@ -187,7 +191,7 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 // task's error, or nil if the lock could not be kept (Run then releases
 // it by its old token, which no longer matches if the park landed after
 // all: then the retry still finds it parked).
-func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *RetryError {
+func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *asynqmw.RetryError {
 	n, _ := asynq.GetRetryCount(ctx)
 	delay := max(a.opts.retryDelay(n, herr, t), 0)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
@@ -198,5 +202,6 @@ func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t 
 		return nil
 	}
 	a.opts.metrics.add(ho.job, EventKept)
-	return &RetryError{Job: ho.job, RetryIn: delay, Err: herr}
+	return &asynqmw.RetryError{RetryIn: delay,
+		Err: fmt.Errorf("redsem scheduler: job %s failed (its lock is kept for the retry): %w", ho.job, herr)}
 }

@@ -6,8 +6,8 @@
 //	s, _ := scheduler.New(lc, asynqClient)   // cron process
 //	adopt, _ := scheduler.Adopt(lc)          // worker process
 //	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-//		IsFailure:      scheduler.IsFailure(nil),
-//		RetryDelayFunc: scheduler.RetryDelay(nil),
+//		IsFailure:      asynqmw.IsFailure(nil),  // a busy lock is not a failure
+//		RetryDelayFunc: asynqmw.RetryDelay(nil), // a retry comes while its lock is kept
 //	})
 //
 // Cron side (Scheduler): on each tick of a job, take its lock with
@@ -27,12 +27,17 @@
 // fencing token) is cancelled with cause limiter.ErrLeaseLost if the lease
 // is lost, and the lease is released when the handler returns. A handler
 // that fails while asynq will retry the task keeps the lock for that retry
-// instead (a *RetryError; see RetryDelay), so no other tick runs in
-// between, and the retry takes it over. A task whose lock is gone (it
-// waited longer than the TTL, or its run already ended) is not run: it
-// returns asynq.SkipRetry. A retry that finds an earlier run of its tick
-// still running (past its deadline) is re-queued (*BusyError) until that
-// run returns.
+// instead (an *asynqmw.RetryError; see asynqmw.RetryDelay), so no other
+// tick runs in between, and the retry takes it over. A task whose lock is
+// gone (it waited longer than the TTL, or its run already ended) is not
+// run: it returns asynq.SkipRetry. A retry that finds an earlier run of
+// its tick still running (past its deadline) is re-queued without
+// spending a retry (an *asynqmw.BusyError) until that run returns.
+//
+// The worker's asynq.Config takes asynqmw.IsFailure and
+// asynqmw.RetryDelay, once, whether its handlers go through Adopt,
+// asynqmw's middleware or both: the two middlewares return the same
+// errors.
 //
 // Adoption is its own middleware rather than an asynqmw rule because it
 // never waits for a permit: it continues one specific lease or refuses

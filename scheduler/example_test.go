@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/scheduler"
 )
@@ -41,8 +42,8 @@ func ExampleAdopt() {
 		return nil
 	})
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		IsFailure:      scheduler.IsFailure(nil),  // an earlier run still holding the lock is not a failure
-		RetryDelayFunc: scheduler.RetryDelay(nil), // a failed run's retry comes while its lock is kept
+		IsFailure:      asynqmw.IsFailure(nil),  // an earlier run still holding the lock is not a failure
+		RetryDelayFunc: asynqmw.RetryDelay(nil), // a failed run's retry comes while its lock is kept
 		LogLevel:       asynq.FatalLevel,
 	})
 	if err := srv.Start(mux); err != nil {

@@ -11,19 +11,22 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/scheduler"
 )
 
-// retryWorker runs an asynq server with Adopt and the retry helpers, its
-// own limiter Client, short check intervals, and retries after delay.
+// retryWorker runs an asynq server with Adopt and asynqmw's retry
+// helpers, its own limiter Client and short check intervals; failed runs
+// keep their lock for delay (unless opts say otherwise), and errors that
+// are neither busy nor a kept lock's are retried after delay too.
 func (e env) retryWorker(t *testing.T, delay time.Duration, h asynq.HandlerFunc, opts ...scheduler.Option) {
 	retryIn := func(int, error, *asynq.Task) time.Duration { return delay }
 	e.workerWith(t, asynq.Config{
 		Concurrency: 4, LogLevel: asynq.FatalLevel,
-		IsFailure:                scheduler.IsFailure(nil),
-		RetryDelayFunc:           scheduler.RetryDelay(retryIn),
+		IsFailure:                asynqmw.IsFailure(nil),
+		RetryDelayFunc:           asynqmw.RetryDelay(retryIn),
 		DelayedTaskCheckInterval: 50 * time.Millisecond, TaskCheckInterval: 50 * time.Millisecond,
 	}, h, append([]scheduler.Option{scheduler.RetryDelayFunc(retryIn)}, opts...)...)
 }
@@ -86,7 +89,11 @@ func TestFailedRunRetriedUnderSameLock(t *testing.T) {
 	e := newEnv(t)
 	var log runLog
 	var failedOnce atomic.Bool
-	e.retryWorker(t, 1500*time.Millisecond, func(ctx context.Context, _ *asynq.Task) error {
+	// The server's delay for other errors is a minute: only the
+	// *asynqmw.RetryError's RetryIn, which asynqmw.RetryDelay reads, brings
+	// the retry back within the test's 15s.
+	keepFor := func(int, error, *asynq.Task) time.Duration { return 1500 * time.Millisecond }
+	e.retryWorker(t, time.Minute, func(ctx context.Context, _ *asynq.Task) error {
 		r := log.begin(ctx)
 		time.Sleep(200 * time.Millisecond)
 		fail := failedOnce.CompareAndSwap(false, true)
@@ -95,7 +102,7 @@ func TestFailedRunRetriedUnderSameLock(t *testing.T) {
 			return errors.New("export failed")
 		}
 		return nil
-	})
+	}, scheduler.RetryDelayFunc(keepFor))
 	s, _ := scheduler.New(e.lc, e.client, scheduler.Metrics(e.metrics))
 	err := s.Register(scheduler.Job{Name: "flaky", Spec: "* * * * * *", TaskType: "flaky", TTL: 5 * time.Second,
 		Options: []asynq.Option{asynq.MaxRetry(2)}})

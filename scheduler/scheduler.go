@@ -92,9 +92,9 @@ func WorkerTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
 // RetryDelayFunc sets how long, for Adopt, a failed run keeps the job's
 // lock for asynq's retry (default asynq.DefaultRetryDelayFunc), before the
-// job's TTL for the pick-up is added. The task returns the delay in its
-// *RetryError, so that asynq uses it when the server's Config has
-// RetryDelay. A nil fn keeps the default.
+// job's TTL for the pick-up is added. The task returns the delay as the
+// RetryIn of an *asynqmw.RetryError, so that asynq uses it when the
+// server's Config has asynqmw.RetryDelay. A nil fn keeps the default.
 func RetryDelayFunc(fn asynq.RetryDelayFunc) Option {
 	return func(o *options) {
 		if fn != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/scheduler"
 )
@@ -77,8 +78,8 @@ func run(addr string, runFor time.Duration) error {
 	var runs, running, peak atomic.Int64
 	worker := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency: 2, LogLevel: asynq.FatalLevel,
-		IsFailure:                scheduler.IsFailure(nil),
-		RetryDelayFunc:           scheduler.RetryDelay(nil), // waits the RetryIn the lock is kept for
+		IsFailure:                asynqmw.IsFailure(nil),
+		RetryDelayFunc:           asynqmw.RetryDelay(nil), // waits the RetryIn the lock is kept for
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
 		TaskCheckInterval:        100 * time.Millisecond,
 	})
