@@ -34,7 +34,7 @@ func ExampleNew() {
 		{Name: "example-exports", Type: "example:export", Limit: 10, MaxWait: 2 * time.Second},
 	})
 	if err != nil {
-		panic(err) // a *asynqmw.ConfigError naming the rule and field
+		panic(err) // wraps a *limiter.ArgumentError naming the rule's field, e.g. rules[1].Limit
 	}
 	ran := make(chan string, 1)
 	mux := asynq.NewServeMux()

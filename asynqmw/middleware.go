@@ -61,7 +61,7 @@ func LimiterOptions(opts ...limiter.Option) Option {
 // not use the handler's context, which asynq cancels on shutdown or when
 // it loses its own lease on the task; one that does not finish in time is
 // logged and the permit comes back at the rule's TTL. d <= 0 makes New
-// return a *ConfigError.
+// return a *limiter.ArgumentError naming ReleaseTimeout.
 func ReleaseTimeout(d time.Duration) Option {
 	return func(o *options) { o.releaseTimeout, o.releaseSet = d, true }
 }
@@ -72,7 +72,7 @@ func ReleaseTimeout(d time.Duration) Option {
 // asynq whatever it returns, so it waits longer than MaxWait rather than
 // be archived after one short wait; if no permit frees within d it
 // returns a *BusyError and is archived. d <= 0 makes New return a
-// *ConfigError.
+// *limiter.ArgumentError naming LastTryWait.
 func LastTryWait(d time.Duration) Option { return func(o *options) { o.lastTryWait = d } }
 
 // MaxGated caps the total time a task may spend gated across its busy
@@ -88,7 +88,7 @@ func LastTryWait(d time.Duration) Option { return func(o *options) { o.lastTryWa
 // returns, and on a last try that has waited MaxWait (such a task waits
 // at most what is left of d, but at least MaxWait). If it fails, the
 // clock starts anew at this run. d <= 0 or a nil insp makes New return a
-// *ConfigError.
+// *limiter.ArgumentError naming MaxGated.
 func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
 	return func(o *options) { o.maxGated, o.inspector, o.maxGatedSet = d, insp, true }
 }
@@ -110,10 +110,13 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // retries them as errors), and the leases of handlers still running are
 // released, their contexts cancelled with cause limiter.ErrNotHeld.
 //
-// A nil client gives a *limiter.ArgumentError naming "client"; invalid
-// rules or options give a *ConfigError (or the limiter's *ArgumentError)
-// naming what is wrong; a closed client gives limiter.ErrClosed. Nothing
-// is sent to Redis.
+// Bad arguments give an error wrapping a *limiter.ArgumentError
+// (errors.Is(err, limiter.ErrInvalidArgument)) that names what is wrong:
+// "client" when it is nil, "rules" when there are none, rules[i].Field
+// for a rule's field (e.g. rules[1].Limit), the option for a bad option
+// of this package, or the limiter's own name for a bad LimiterOptions
+// value or a TTL it refuses. A closed client gives limiter.ErrClosed.
+// Nothing is sent to Redis.
 //
 // A task runs its handler only while it holds a permit of every rule that
 // matches it. It takes them one after the other in the order of the rules
@@ -151,11 +154,11 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // success into a failure.
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if client == nil {
-		return nil, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
 	}
 	rs, err := validate(rules)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asynqmw: %w", err)
 	}
 	m := &middleware{client: client, rules: rs, opts: options{logger: slog.Default(), lastTryWait: DefaultLastTryWait}}
 	for _, o := range opts {
@@ -167,19 +170,19 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 		m.opts.logger = slog.Default()
 	}
 	if m.opts.lastTryWait <= 0 {
-		return nil, &ConfigError{Rule: -1, Field: "LastTryWait", Reason: "must be > 0"}
+		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "LastTryWait", Value: m.opts.lastTryWait, Reason: "must be > 0"})
 	}
 	if m.opts.maxGatedSet {
 		switch {
 		case m.opts.maxGated <= 0:
-			return nil, &ConfigError{Rule: -1, Field: "MaxGated", Reason: "must be > 0"}
+			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "MaxGated", Value: m.opts.maxGated, Reason: "must be > 0"})
 		case m.opts.inspector == nil:
-			return nil, &ConfigError{Rule: -1, Field: "MaxGated", Reason: "needs an *asynq.Inspector"}
+			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "MaxGated", Value: nil, Reason: "needs an *asynq.Inspector"})
 		}
 	}
 	if m.opts.releaseSet {
 		if m.opts.releaseTimeout <= 0 {
-			return nil, &ConfigError{Rule: -1, Field: "ReleaseTimeout", Reason: "must be > 0"}
+			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "ReleaseTimeout", Value: m.opts.releaseTimeout, Reason: "must be > 0"})
 		}
 		m.opts.limiterOpts = append(m.opts.limiterOpts, limiter.ReleaseTimeout(m.opts.releaseTimeout))
 	}
@@ -188,7 +191,7 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 		// user's limiter options, so they win: waits are bounded here.
 		r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
 		if _, err := client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil { // validates the options now
-			return nil, fmt.Errorf("asynqmw: rule %d: %w", i, err)
+			return nil, fmt.Errorf("asynqmw: rules[%d]: %w", i, err)
 		}
 	}
 	return m.wrap, nil

@@ -315,32 +315,45 @@ func TestBadConfig(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { rdb.Close() })
 	lc := redistest.Limiter(t, rdb)
-	cases := map[string][]asynqmw.Rule{
-		"no rules":           nil,
-		"empty name":         {{Limit: 1}},
-		"limit 0":            {{Name: "a"}},
-		"negative limit":     {{Name: "a", Limit: -1}},
-		"weight over limit":  {{Name: "a", Limit: 2, Weight: 3}},
-		"negative weight":    {{Name: "a", Limit: 2, Weight: -1}},
-		"type and prefix":    {{Name: "a", Limit: 1, Type: "x", TypePrefix: "y"}},
-		"negative TTL":       {{Name: "a", Limit: 1, TTL: -time.Second}},
-		"negative max wait":  {{Name: "a", Limit: 1, MaxWait: -1}},
-		"same name, 2 caps":  {{Name: "a", Limit: 1, Type: "x"}, {Name: "a", Limit: 2, Type: "y"}},
-		"TTL below limiter":  {{Name: "a", Limit: 1, TTL: time.Microsecond}},
-		"second rule broken": {{Name: "a", Limit: 1}, {Name: "", Limit: 1}},
+	cases := []struct {
+		rules []asynqmw.Rule
+		arg   string // the *limiter.ArgumentError's Arg
+	}{
+		{nil, "rules"},
+		{[]asynqmw.Rule{{Limit: 1}}, "rules[0].Name"},
+		{[]asynqmw.Rule{{Name: "a"}}, "rules[0].Limit"},
+		{[]asynqmw.Rule{{Name: "a", Limit: -1}}, "rules[0].Limit"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 2, Weight: 3}}, "rules[0].Weight"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 2, Weight: -1}}, "rules[0].Weight"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, Type: "x", TypePrefix: "y"}}, "rules[0].Type"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, TTL: -time.Second}}, "rules[0].TTL"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, MaxWait: -1}}, "rules[0].MaxWait"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, KeyLimit: func(string) int64 { return 1 }}}, "rules[0].Key"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, Type: "x"}, {Name: "a", Limit: 2, Type: "y"}}, "rules[1].Limit"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, Key: func(context.Context, *asynq.Task) (string, bool) { return "", false }},
+			{Name: "a:b", Limit: 1}}, "rules[1].Name"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, TTL: time.Microsecond}}, "TTL"}, // the limiter's
+		{[]asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "", Limit: 1}}, "rules[1].Name"},
 	}
-	for name, rules := range cases {
-		if _, err := asynqmw.New(lc, rules); !errors.Is(err, limiter.ErrInvalidArgument) {
-			t.Errorf("%s: want an invalid-argument error, got %v", name, err)
+	for _, tc := range cases {
+		_, err := asynqmw.New(lc, tc.rules)
+		var arg *limiter.ArgumentError
+		if !errors.As(err, &arg) || arg.Arg != tc.arg || !errors.Is(err, limiter.ErrInvalidArgument) {
+			t.Errorf("%+v: got %v, want a *limiter.ArgumentError naming %s", tc.rules, err, tc.arg)
 		}
 	}
 	var arg *limiter.ArgumentError
 	if _, err := asynqmw.New(nil, []asynqmw.Rule{{Name: "a", Limit: 1}}); !errors.As(err, &arg) || arg.Arg != "client" {
 		t.Errorf("nil client: want an *ArgumentError naming the client, got %v", err)
 	}
-	var cfg *asynqmw.ConfigError
-	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.ReleaseTimeout(0)); !errors.As(err, &cfg) {
-		t.Errorf("ReleaseTimeout(0): want a *ConfigError, got %v", err)
+	for opt, o := range map[string]asynqmw.Option{
+		"ReleaseTimeout": asynqmw.ReleaseTimeout(0),
+		"LastTryWait":    asynqmw.LastTryWait(0),
+		"MaxGated":       asynqmw.MaxGated(time.Minute, nil),
+	} {
+		if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, o); !errors.As(err, &arg) || arg.Arg != opt {
+			t.Errorf("bad %s: want an *ArgumentError naming it, got %v", opt, err)
+		}
 	}
 	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.Prefix("{"))); !errors.As(err, &arg) || arg.Arg != "Prefix" {
 		t.Errorf("bad limiter option: want an *ArgumentError naming it, got %v", err)

@@ -38,8 +38,9 @@ type Rule struct {
 	// ok == false is not gated by this rule (other rules still apply).
 	Key func(ctx context.Context, t *asynq.Task) (key string, ok bool)
 	// KeyLimit, with Key, gives each key's limit; 0 means Limit. A value
-	// below 0, or below the rule's Weight, fails the task with a
-	// *ConfigError (asynq retries it as any error).
+	// below 0, or below the rule's Weight, fails the task with an error
+	// wrapping a *limiter.ArgumentError naming rules[i].KeyLimit (asynq
+	// retries it as any error).
 	KeyLimit func(key string) int64
 	// Limit is the number of permits (required, >= 1).
 	Limit int64
@@ -93,61 +94,44 @@ func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
 			limit = l
 		}
 		if limit < 1 || limit < r.Weight {
-			return gate{}, false, &ConfigError{Rule: r.index, Field: "KeyLimit",
-				Reason: fmt.Sprintf("gave %d for key %q: must be >= 1 and >= Weight %d", limit, key, r.Weight)}
+			return gate{}, false, fmt.Errorf("asynqmw: %w", ruleError(r.index, "KeyLimit", limit,
+				fmt.Sprintf("for key %q: must be >= 1 and >= Weight %d", key, r.Weight)))
 		}
 	}
 	return gate{r: r, name: r.Name + ":" + key, limit: limit}, true, nil
 }
 
-// ConfigError names the rule and the field of it that is wrong.
-type ConfigError struct {
-	Rule   int // index in the rules; -1 for the list itself or an option
-	Field  string
-	Reason string
+// ruleError names field of the i-th rule as a *limiter.ArgumentError.
+func ruleError(i int, field string, value any, reason string) error {
+	return &limiter.ArgumentError{Arg: fmt.Sprintf("rules[%d].%s", i, field), Value: value, Reason: reason}
 }
-
-// Error says which rule and field are wrong and why.
-func (e *ConfigError) Error() string {
-	if e.Rule < 0 {
-		if e.Field != "" {
-			return fmt.Sprintf("asynqmw: %s %s", e.Field, e.Reason)
-		}
-		return "asynqmw: " + e.Reason
-	}
-	return fmt.Sprintf("asynqmw: rule %d: %s %s", e.Rule, e.Field, e.Reason)
-}
-
-// Is makes errors.Is(err, limiter.ErrInvalidArgument) true.
-func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvalidArgument }
 
 func validate(rules []Rule) ([]*rule, error) {
 	if len(rules) == 0 {
-		return nil, &ConfigError{Rule: -1, Reason: "no rules"}
+		return nil, &limiter.ArgumentError{Arg: "rules", Value: rules, Reason: "must not be empty"}
 	}
 	out := make([]*rule, len(rules))
 	limits := map[string]int64{}
 	first := map[string]int{}
 	for i, r := range rules {
-		bad := func(field, reason string) error { return &ConfigError{Rule: i, Field: field, Reason: reason} }
 		switch {
 		case r.Name == "":
-			return nil, bad("Name", "must not be empty")
+			return nil, ruleError(i, "Name", `""`, "must not be empty")
 		case r.Type != "" && r.TypePrefix != "":
-			return nil, bad("Type", "and TypePrefix are exclusive")
+			return nil, ruleError(i, "Type", r.Type, fmt.Sprintf("and TypePrefix %q are exclusive", r.TypePrefix))
 		case r.Limit < 1:
-			return nil, bad("Limit", fmt.Sprintf("%d must be >= 1", r.Limit))
+			return nil, ruleError(i, "Limit", r.Limit, "must be >= 1")
 		case r.Weight < 0 || r.Weight > r.Limit:
-			return nil, bad("Weight", fmt.Sprintf("%d must be between 1 and Limit %d", r.Weight, r.Limit))
+			return nil, ruleError(i, "Weight", r.Weight, fmt.Sprintf("must be between 1 and Limit %d", r.Limit))
 		case r.TTL < 0:
-			return nil, bad("TTL", "must not be negative")
+			return nil, ruleError(i, "TTL", r.TTL, "must not be negative")
 		case r.MaxWait < 0:
-			return nil, bad("MaxWait", "must not be negative")
+			return nil, ruleError(i, "MaxWait", r.MaxWait, "must not be negative")
 		case r.KeyLimit != nil && r.Key == nil:
-			return nil, bad("KeyLimit", "needs Key")
+			return nil, ruleError(i, "Key", nil, "must be set when KeyLimit is")
 		}
 		if l, seen := limits[r.Name]; seen && l != r.Limit {
-			return nil, bad("Limit", fmt.Sprintf("%d differs from %d of another rule named %q", r.Limit, l, r.Name))
+			return nil, ruleError(i, "Limit", r.Limit, fmt.Sprintf("differs from %d of another rule named %q", l, r.Name))
 		}
 		limits[r.Name] = r.Limit
 		if _, seen := first[r.Name]; !seen {
@@ -171,8 +155,8 @@ func validate(rules []Rule) ([]*rule, error) {
 		}
 		for _, r := range out {
 			if strings.HasPrefix(r.Name, k.Name+":") {
-				return nil, &ConfigError{Rule: r.index, Field: "Name",
-					Reason: fmt.Sprintf("%q would share a semaphore with the keys of rule %d (%q)", r.Name, k.index, k.Name)}
+				return nil, ruleError(r.index, "Name", r.Name,
+					fmt.Sprintf("would share a semaphore with the keys of rule %d (%q)", k.index, k.Name))
 			}
 		}
 	}

@@ -317,7 +317,8 @@ func TestQueueRuleAndKeyLimit(t *testing.T) {
 	}
 }
 
-// A KeyLimit below 1 fails the task with a *ConfigError naming it.
+// A KeyLimit below 1 fails the task with a *limiter.ArgumentError naming
+// the rule's KeyLimit.
 func TestBadKeyLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
@@ -328,9 +329,9 @@ func TestBadKeyLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })).ProcessTask(context.Background(), asynq.NewTask("t", nil))
-	var cfg *asynqmw.ConfigError
-	if !errors.As(err, &cfg) || cfg.Field != "KeyLimit" || cfg.Rule != 0 {
-		t.Fatalf("got %v, want a *ConfigError naming KeyLimit", err)
+	var arg *limiter.ArgumentError
+	if !errors.As(err, &arg) || arg.Arg != "rules[0].KeyLimit" || !errors.Is(err, limiter.ErrInvalidArgument) {
+		t.Fatalf("got %v, want a *limiter.ArgumentError naming rules[0].KeyLimit", err)
 	}
 }
 
