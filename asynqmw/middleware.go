@@ -25,15 +25,13 @@ const DefaultLastTryWait = time.Minute
 type Option func(*options)
 
 type options struct {
-	metrics        *Collector
-	logger         *slog.Logger
-	limiterOpts    []limiter.Option
-	releaseTimeout time.Duration // 0: the limiter Client's
-	releaseSet     bool
-	lastTryWait    time.Duration
-	maxGated       time.Duration
-	inspector      *asynq.Inspector
-	maxGatedSet    bool
+	metrics     *Collector
+	logger      *slog.Logger
+	limiterOpts []limiter.Option
+	lastTryWait time.Duration
+	maxGated    time.Duration
+	inspector   *asynq.Inspector
+	maxGatedSet bool
 }
 
 // Metrics reports gated tasks, waits, busy re-queues and lost leases to c,
@@ -51,19 +49,14 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 // limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own
 // Metrics are labelled by rule.
+//
+// limiter.ReleaseTimeout (default 1s) bounds the release after a handler
+// returns. The release does not use the handler's context, which asynq
+// cancels on shutdown or when it loses its own lease on the task; one
+// that does not finish in time is logged and the permit comes back at
+// the rule's TTL.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
-}
-
-// ReleaseTimeout bounds the release after a handler returns: it is
-// LimiterOptions(limiter.ReleaseTimeout(d)). Without it, the limiter
-// Client's ReleaseTimeout applies (limiter's default 1s). The release does
-// not use the handler's context, which asynq cancels on shutdown or when
-// it loses its own lease on the task; one that does not finish in time is
-// logged and the permit comes back at the rule's TTL. d <= 0 makes New
-// return a *limiter.ArgumentError naming ReleaseTimeout.
-func ReleaseTimeout(d time.Duration) Option {
-	return func(o *options) { o.releaseTimeout, o.releaseSet = d, true }
 }
 
 // LastTryWait bounds how long a task on its last try waits for its
@@ -179,12 +172,6 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 		case m.opts.inspector == nil:
 			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "MaxGated", Value: nil, Reason: "needs an *asynq.Inspector"})
 		}
-	}
-	if m.opts.releaseSet {
-		if m.opts.releaseTimeout <= 0 {
-			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "ReleaseTimeout", Value: m.opts.releaseTimeout, Reason: "must be > 0"})
-		}
-		m.opts.limiterOpts = append(m.opts.limiterOpts, limiter.ReleaseTimeout(m.opts.releaseTimeout))
 	}
 	for i, r := range rs {
 		// The rule's TTL and an unbounded AcquireTimeout come after the

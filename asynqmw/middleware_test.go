@@ -347,7 +347,7 @@ func TestBadConfig(t *testing.T) {
 		t.Errorf("nil client: want an *ArgumentError naming the client, got %v", err)
 	}
 	for opt, o := range map[string]asynqmw.Option{
-		"ReleaseTimeout": asynqmw.ReleaseTimeout(0),
+		"ReleaseTimeout": asynqmw.LimiterOptions(limiter.ReleaseTimeout(0)), // the limiter's
 		"LastTryWait":    asynqmw.LastTryWait(0),
 		"MaxGated":       asynqmw.MaxGated(time.Minute, nil),
 	} {
