@@ -146,7 +146,7 @@ func median(v []float64) float64 {
 // 3/20ms = 150 tasks/s. Goal: within 10%.
 func BenchmarkBindingCap(b *testing.B) {
 	srv := redistest.StartServer(b)
-	mw, err := asynqmw.New(redistest.Limiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 5 * time.Second}})
+	mw, err := asynqmw.New(redistest.Limiter(b, srv.Client(b)), []asynqmw.Rule{{Name: "api", TypePrefix: "api:", Limit: 3, AcquireTimeout: 5 * time.Second}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 //	mw, err := asynqmw.New(lc, []asynqmw.Rule{
 //		// every matching rule applies, narrowest first
 //		{Name: "partner-customer", TypePrefix: "partner:", Key: customerOf, Limit: 1},
-//		{Name: "partner-api", TypePrefix: "partner:", Limit: 5, MaxWait: 5 * time.Second},
+//		{Name: "partner-api", TypePrefix: "partner:", Limit: 5, AcquireTimeout: 5 * time.Second},
 //	})
 //	mux.Use(mw)
 //	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -22,15 +22,16 @@
 // A gated task takes a permit of every rule that matches it (by type, type
 // prefix, queue, key), one after the other in the order of the rules, and
 // waits for them — woken by releases, not by polling — up to the smallest
-// MaxWait of those rules, ending a little before the task's deadline if
-// that comes first. Then it gives back what it took and returns a
-// *BusyError (errors.Is(err, limiter.ErrBusy)): with IsFailure and
-// RetryDelay in the server's Config, asynq re-queues it without spending
-// its retry budget; MaxGated caps how long a task may be re-queued so. A
-// task with no retry budget left (asynq archives such a task whatever it
-// returns) waits up to LastTryWait (default 1 minute) instead. A wait that
-// the task's context or the limiter Client's Close ends, or a Redis
-// failure, returns that error and asynq retries the task as for any error.
+// AcquireTimeout of those rules (the limiter's bound, under its name),
+// ending a little before the task's deadline if that comes first. Then it
+// gives back what it took and returns a *BusyError (errors.Is(err,
+// limiter.ErrBusy)): with IsFailure and RetryDelay in the server's Config,
+// asynq re-queues it without spending its retry budget; MaxGated caps how
+// long a task may be re-queued so, across runs. A task with no retry
+// budget left (asynq archives such a task whatever it returns) waits up
+// to LastTryAcquireTimeout (default 1 minute) instead. A wait that the
+// task's context or the limiter Client's Close ends, or a Redis failure,
+// returns that error and asynq retries the task as for any error.
 //
 // IsFailure and RetryDelay are the one way this module's asynq
 // middlewares talk to asynq's retries: scheduler.Adopt returns the same
@@ -40,9 +41,9 @@
 //
 // A waiting task holds one of its asynq server's Concurrency slots: if
 // gated tasks fill every slot, tasks no rule matches wait for a slot too.
-// Short MaxWaits (the task goes back to the queue and frees its slot), a
-// separate queue or server for gated tasks, or a Concurrency above the
-// rules' limits keep ungated work flowing.
+// Short AcquireTimeouts (the task goes back to the queue and frees its
+// slot), a separate queue or server for gated tasks, or a Concurrency
+// above the rules' limits keep ungated work flowing.
 //
 // The handler runs under the leases (limiter.Lease.Run): they are kept
 // alive while it runs and released, in reverse order, when it returns or

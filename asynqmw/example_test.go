@@ -31,7 +31,7 @@ func ExampleNew() {
 	}
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{
 		{Name: "example-export-customer", Type: "example:export", Key: customerOf, Limit: 1},
-		{Name: "example-exports", Type: "example:export", Limit: 10, MaxWait: 2 * time.Second},
+		{Name: "example-exports", Type: "example:export", Limit: 10, AcquireTimeout: 2 * time.Second},
 	})
 	if err != nil {
 		panic(err) // wraps a *limiter.ArgumentError naming the rule's field, e.g. rules[1].Limit
@@ -46,7 +46,7 @@ func ExampleNew() {
 	})
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		IsFailure:      asynqmw.IsFailure(nil),  // busy is not a failure: no retry spent
-		RetryDelayFunc: asynqmw.RetryDelay(nil), // busy tasks come back after about MaxWait
+		RetryDelayFunc: asynqmw.RetryDelay(nil), // busy tasks come back after about AcquireTimeout
 		LogLevel:       asynq.FatalLevel,
 	})
 	if err := srv.Start(mux); err != nil {

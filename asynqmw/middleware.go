@@ -17,21 +17,20 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// DefaultLastTryWait bounds how long a task on its last try waits for its
-// permits, when LastTryWait does not say.
-const DefaultLastTryWait = time.Minute
+// defaultLastTryTimeout is LastTryAcquireTimeout's default.
+const defaultLastTryTimeout = time.Minute
 
 // Option configures New.
 type Option func(*options)
 
 type options struct {
-	metrics     *Collector
-	logger      *slog.Logger
-	limiterOpts []limiter.Option
-	lastTryWait time.Duration
-	maxGated    time.Duration
-	inspector   *asynq.Inspector
-	maxGatedSet bool
+	metrics        *Collector
+	logger         *slog.Logger
+	limiterOpts    []limiter.Option
+	lastTryTimeout time.Duration
+	maxGated       time.Duration
+	inspector      *asynq.Inspector
+	maxGatedSet    bool
 }
 
 // Metrics reports gated tasks, waits, busy re-queues and lost leases to c,
@@ -44,8 +43,8 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.Prefix,
 // limiter.ReleaseTimeout); they override the options the limiter.Client
-// was made with. The rules' TTL and waits override the limiter's TTL,
-// AcquireTimeout and AttemptsLimit. A bad option makes New return the
+// was made with. The rules' TTL and AcquireTimeout override the limiter's
+// TTL, AcquireTimeout and AttemptsLimit. A bad option makes New return the
 // limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own
 // Metrics are labelled by rule.
@@ -59,28 +58,32 @@ func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
-// LastTryWait bounds how long a task on its last try waits for its
-// permits (default DefaultLastTryWait), holding its asynq worker slot
-// meanwhile; the task's deadline bounds it too. Such a task is archived by
-// asynq whatever it returns, so it waits longer than MaxWait rather than
-// be archived after one short wait; if no permit frees within d it
-// returns a *BusyError and is archived. d <= 0 makes New return a
-// *limiter.ArgumentError naming LastTryWait.
-func LastTryWait(d time.Duration) Option { return func(o *options) { o.lastTryWait = d } }
+// LastTryAcquireTimeout replaces the rules' AcquireTimeout on a task's
+// last try (default 1 minute): the same bound on the wait for the
+// permits, for the run after which asynq archives the task whatever it
+// returns. Such a task waits longer rather than be archived after one
+// short wait, holding its asynq worker slot meanwhile; the task's
+// deadline bounds the wait too (and, with MaxGated, the time left of it).
+// If no permit frees within d, the task returns a *BusyError and is
+// archived. d <= 0 makes New return a *limiter.ArgumentError naming
+// LastTryAcquireTimeout.
+func LastTryAcquireTimeout(d time.Duration) Option { return func(o *options) { o.lastTryTimeout = d } }
 
 // MaxGated caps the total time a task may spend gated across its busy
-// re-queues. A busy re-queue is free (IsFailure), so without a cap a task
-// whose permits never free is re-queued forever. With it, a task that
-// returns busy looks up, with insp, when its busy re-queues began (the
-// time is kept in its last error, which asynq stores); once that is more
-// than d ago, its *BusyError has Exceeded set and IsFailure counts it as
-// a failure, so asynq spends a retry on each further busy return and
-// archives the task when they run out. The clock restarts after any other
-// error. The lookup is one read of asynq's Redis, made at most once per
-// run and never for a task that gets its permits within MaxWait: on busy
-// returns, and on a last try that has waited MaxWait (such a task waits
-// at most what is left of d, but at least MaxWait). If it fails, the
-// clock starts anew at this run. d <= 0 or a nil insp makes New return a
+// re-queues: a bound across runs, unlike AcquireTimeout, which bounds one
+// run's wait. A busy re-queue is free (IsFailure), so without a cap a
+// task whose permits never free is re-queued forever. With it, a task
+// that returns busy looks up, with insp, when its busy re-queues began
+// (the time is kept in its last error, which asynq stores); once that is
+// more than d ago, its *BusyError has Exceeded set and IsFailure counts
+// it as a failure, so asynq spends a retry on each further busy return
+// and archives the task when they run out. The clock restarts after any
+// other error. The lookup is one read of asynq's Redis, made at most once
+// per run and never for a task that gets its permits within
+// AcquireTimeout: on busy returns, and on a last try that has waited
+// AcquireTimeout (such a task waits at most what is left of d, but at
+// least AcquireTimeout). If the lookup fails, the clock starts anew at
+// this run. d <= 0 or a nil insp makes New return a
 // *limiter.ArgumentError naming MaxGated.
 func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
 	return func(o *options) { o.maxGated, o.inspector, o.maxGatedSet = d, insp, true }
@@ -123,13 +126,14 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 //
 // While it waits, a gated task occupies one of its asynq server's
 // Concurrency slots: tasks no rule matches get only the slots left. The
-// wait for all permits is bounded by the smallest MaxWait of the matching
-// rules, ending a little before the task's deadline if that comes first,
-// and on the task's last try by LastTryWait. If it runs out, the task
-// releases what it took and returns a *BusyError (see IsFailure and
-// RetryDelay); if the task's context ends first, an error wrapping the
-// context's cause; a Redis failure or limiter.ErrClosed is returned
-// wrapped. asynq retries these as for any error.
+// wait for all permits is bounded by the smallest AcquireTimeout of the
+// matching rules, ending a little before the task's deadline if that
+// comes first, and on the task's last try by LastTryAcquireTimeout. If it
+// runs out, the task releases what it took and returns a *BusyError (see
+// IsFailure and RetryDelay); if the task's context ends first (asynq's
+// deadline, shutdown, or its own lease on the task lost), an error
+// wrapping the context's cause; a Redis failure or limiter.ErrClosed is
+// returned wrapped. asynq retries these as for any error.
 //
 // Each run of a task (a first try, a busy re-queue, a retry after a
 // failure or a deadline) holds its own leases, with the id
@@ -153,7 +157,7 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 	if err != nil {
 		return nil, fmt.Errorf("asynqmw: %w", err)
 	}
-	m := &middleware{client: client, rules: rs, opts: options{logger: slog.Default(), lastTryWait: DefaultLastTryWait}}
+	m := &middleware{client: client, rules: rs, opts: options{logger: slog.Default(), lastTryTimeout: defaultLastTryTimeout}}
 	for _, o := range opts {
 		if o != nil {
 			o(&m.opts)
@@ -162,8 +166,8 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 	if m.opts.logger == nil {
 		m.opts.logger = slog.Default()
 	}
-	if m.opts.lastTryWait <= 0 {
-		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "LastTryWait", Value: m.opts.lastTryWait, Reason: "must be > 0"})
+	if m.opts.lastTryTimeout <= 0 {
+		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "LastTryAcquireTimeout", Value: m.opts.lastTryTimeout, Reason: "must be > 0"})
 	}
 	if m.opts.maxGatedSet {
 		switch {
@@ -212,15 +216,15 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		if len(gs) == 0 {
 			return next.ProcessTask(ctx, t)
 		}
-		maxWait := gs[0].r.MaxWait
+		acquireTimeout := gs[0].r.AcquireTimeout
 		for _, g := range gs[1:] {
-			maxWait = min(maxWait, g.r.MaxWait)
+			acquireTimeout = min(acquireTimeout, g.r.AcquireTimeout)
 		}
 		start := time.Now()
 		// When the task's busy re-queues began (MaxGated): one lookup at
 		// most, made only when needed.
 		since := sync.OnceValue(func() time.Time { return m.since(ctx, start) })
-		wait, stopWait := m.wait(ctx, maxWait, since)
+		wait, stopWait := m.wait(ctx, acquireTimeout, since)
 		defer stopWait()
 		id := runID(ctx)
 
@@ -267,27 +271,28 @@ func runID(ctx context.Context) string {
 
 // wait returns the context that bounds a task's wait for all its permits,
 // which ends with cause errGateTimeout, and its stop. With retries left:
-// maxWait, but ending a little before the task's deadline, so that the
-// task returns busy (no retry spent) rather than fail on its deadline. On
-// the last try (asynq archives at Retried >= MaxRetry whatever IsFailure
-// says): LastTryWait, before the deadline, and with MaxGated not past
-// since()+MaxGated unless that leaves less than maxWait; since() is
-// called only once the task has waited maxWait.
-func (m *middleware) wait(ctx context.Context, maxWait time.Duration, since func() time.Time) (context.Context, context.CancelFunc) {
-	wait, last := maxWait, lastTry(ctx)
+// acquireTimeout, but ending a little before the task's deadline, so that
+// the task returns busy (no retry spent) rather than fail on its deadline.
+// On the last try (asynq archives at Retried >= MaxRetry whatever
+// IsFailure says): LastTryAcquireTimeout, before the deadline, and with
+// MaxGated not past since()+MaxGated unless that leaves less than
+// acquireTimeout; since() is called only once the task has waited
+// acquireTimeout.
+func (m *middleware) wait(ctx context.Context, acquireTimeout time.Duration, since func() time.Time) (context.Context, context.CancelFunc) {
+	wait, last := acquireTimeout, lastTry(ctx)
 	if last {
-		wait = m.opts.lastTryWait
+		wait = m.opts.lastTryTimeout
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		wait = min(wait, left-min(time.Second, left/10))
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, wait, errGateTimeout)
-	if !last || m.opts.inspector == nil || wait <= maxWait {
+	if !last || m.opts.inspector == nil || wait <= acquireTimeout {
 		return wctx, cancel
 	}
 	wctx, cut := context.WithCancelCause(wctx)
-	check := time.AfterFunc(maxWait, func() {
+	check := time.AfterFunc(acquireTimeout, func() {
 		if wctx.Err() != nil {
 			return // the permits came: no lookup
 		}
@@ -343,7 +348,7 @@ func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*lim
 	if err != nil {
 		if errors.Is(err, errGateTimeout) {
 			m.opts.metrics.requeued(g.r.Name)
-			return nil, &BusyError{Semaphore: g.name, RetryIn: jitter(max(g.r.MaxWait, minRetryIn)), Err: err}
+			return nil, &BusyError{Semaphore: g.name, RetryIn: jitter(max(g.r.AcquireTimeout, minRetryIn)), Err: err}
 		}
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}

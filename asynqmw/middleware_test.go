@@ -136,7 +136,7 @@ func holdElsewhere(t testing.TB, rdb *redis.Client, name string) *limiter.Lease 
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
-		{Name: "api", TypePrefix: "api:", Limit: 3, MaxWait: 100 * time.Millisecond},
+		{Name: "api", TypePrefix: "api:", Limit: 3, AcquireTimeout: 100 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	lc := redistest.Limiter(t, rdb)
-	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 50 * time.Millisecond}})
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, AcquireTimeout: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestLastTryWaitsInsteadOfArchiving(t *testing.T) {
 		return got.State
 	}
 	redistest.Eventually(t, 10*time.Second, "a worker picks the task up", func() bool { return state() == asynq.TaskStateActive })
-	time.Sleep(500 * time.Millisecond) // ten MaxWaits
+	time.Sleep(500 * time.Millisecond) // ten AcquireTimeouts
 	if s := state(); s != asynq.TaskStateActive {
 		t.Fatalf("gated MaxRetry(0) task is %v, want still active (waiting)", s)
 	}
@@ -267,7 +267,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 func TestPerKeyRule(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{{
-		Name: "orders", Type: "order", Limit: 2, MaxWait: 100 * time.Millisecond,
+		Name: "orders", Type: "order", Limit: 2, AcquireTimeout: 100 * time.Millisecond,
 		Key: func(_ context.Context, t *asynq.Task) (string, bool) {
 			var o order
 			if json.Unmarshal(t.Payload(), &o) != nil || o.Customer != "A" {
@@ -327,7 +327,7 @@ func TestBadConfig(t *testing.T) {
 		{[]asynqmw.Rule{{Name: "a", Limit: 2, Weight: -1}}, "rules[0].Weight"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, Type: "x", TypePrefix: "y"}}, "rules[0].Type"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, TTL: -time.Second}}, "rules[0].TTL"},
-		{[]asynqmw.Rule{{Name: "a", Limit: 1, MaxWait: -1}}, "rules[0].MaxWait"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, AcquireTimeout: -1}}, "rules[0].AcquireTimeout"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, KeyLimit: func(string) int64 { return 1 }}}, "rules[0].Key"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, Type: "x"}, {Name: "a", Limit: 2, Type: "y"}}, "rules[1].Limit"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, Key: func(context.Context, *asynq.Task) (string, bool) { return "", false }},
@@ -347,9 +347,9 @@ func TestBadConfig(t *testing.T) {
 		t.Errorf("nil client: want an *ArgumentError naming the client, got %v", err)
 	}
 	for opt, o := range map[string]asynqmw.Option{
-		"ReleaseTimeout": asynqmw.LimiterOptions(limiter.ReleaseTimeout(0)), // the limiter's
-		"LastTryWait":    asynqmw.LastTryWait(0),
-		"MaxGated":       asynqmw.MaxGated(time.Minute, nil),
+		"ReleaseTimeout":        asynqmw.LimiterOptions(limiter.ReleaseTimeout(0)), // the limiter's
+		"LastTryAcquireTimeout": asynqmw.LastTryAcquireTimeout(0),
+		"MaxGated":              asynqmw.MaxGated(time.Minute, nil),
 	} {
 		if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, o); !errors.As(err, &arg) || arg.Arg != opt {
 			t.Errorf("bad %s: want an *ArgumentError naming it, got %v", opt, err)
@@ -472,12 +472,12 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	}
 }
 
-// A task whose deadline comes before MaxWait returns busy just before it,
+// A task whose deadline comes before AcquireTimeout returns busy just before it,
 // so the wait costs no retry.
-func TestDeadlineBeforeMaxWaitIsBusy(t *testing.T) {
+func TestDeadlineBeforeAcquireTimeoutIsBusy(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, MaxWait: time.Minute}})
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "short", Type: "short", Limit: 1, AcquireTimeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}

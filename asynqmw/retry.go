@@ -12,7 +12,8 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// minRetryIn keeps a tiny MaxWait from turning into a re-queue storm.
+// minRetryIn keeps a tiny AcquireTimeout from turning into a re-queue
+// storm.
 const minRetryIn = 100 * time.Millisecond
 
 // BusyError is what a task returns when something it needs is taken:
@@ -27,7 +28,7 @@ type BusyError struct {
 	// rule), or a scheduled job's lock.
 	Semaphore string
 	// RetryIn is the delay RetryDelay gives asynq. New's middleware sets
-	// it to the rule's MaxWait (at least 100ms), jittered to
+	// it to the rule's AcquireTimeout (at least 100ms), jittered to
 	// [½, 1½)× so that re-queued tasks do not come back together.
 	RetryIn time.Duration
 	// Since is when the task's busy re-queues began, with MaxGated (else

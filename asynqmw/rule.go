@@ -11,9 +11,9 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// DefaultMaxWait is how long a gated task waits for a permit before it is
-// re-queued, when its rule does not say.
-const DefaultMaxWait = 5 * time.Second
+// defaultAcquireTimeout is a Rule's AcquireTimeout when it does not say:
+// half the limiter's, since a waiting task holds an asynq worker slot.
+const defaultAcquireTimeout = 5 * time.Second
 
 // Rule maps tasks to a semaphore. Every rule that matches a task applies:
 // the task runs only while it holds a permit of each (see New for the
@@ -22,7 +22,7 @@ type Rule struct {
 	// Name names the semaphore (required). Rules may share a name only
 	// with the same Limit: they then share the permits, and a task that
 	// several of them match takes the permit once (with the first such
-	// rule's Weight, TTL and MaxWait).
+	// rule's Weight, TTL and AcquireTimeout).
 	Name string
 	// Type matches tasks of exactly this type; TypePrefix, tasks whose
 	// type starts with it. At most one of them; with neither, the rule
@@ -49,10 +49,14 @@ type Rule struct {
 	// TTL bounds how long a crashed worker keeps its permit (default
 	// limiter.DefaultTTL). The lease is refreshed while the handler runs.
 	TTL time.Duration
-	// MaxWait is how long a task waits for a permit before it is
-	// re-queued (default DefaultMaxWait). A task matched by several rules
-	// waits at most the smallest of their MaxWaits for all its permits.
-	MaxWait time.Duration
+	// AcquireTimeout bounds how long a task waits for its permits before
+	// it returns a *BusyError and is re-queued (default 5s; 0 means the
+	// default, not an unbounded wait as for limiter.AcquireTimeout). It is
+	// the limiter's bound under the same name, for the whole run: a task
+	// matched by several rules waits at most the smallest of their
+	// AcquireTimeouts for all its permits. The last try has its own bound
+	// (LastTryAcquireTimeout), and MaxGated bounds the time across runs.
+	AcquireTimeout time.Duration
 }
 
 // rule is a validated Rule with its place in the acquisition order.
@@ -125,8 +129,8 @@ func validate(rules []Rule) ([]*rule, error) {
 			return nil, ruleError(i, "Weight", r.Weight, fmt.Sprintf("must be between 1 and Limit %d", r.Limit))
 		case r.TTL < 0:
 			return nil, ruleError(i, "TTL", r.TTL, "must not be negative")
-		case r.MaxWait < 0:
-			return nil, ruleError(i, "MaxWait", r.MaxWait, "must not be negative")
+		case r.AcquireTimeout < 0:
+			return nil, ruleError(i, "AcquireTimeout", r.AcquireTimeout, "must not be negative")
 		case r.KeyLimit != nil && r.Key == nil:
 			return nil, ruleError(i, "Key", nil, "must be set when KeyLimit is")
 		}
@@ -143,8 +147,8 @@ func validate(rules []Rule) ([]*rule, error) {
 		if r.TTL == 0 {
 			r.TTL = limiter.DefaultTTL
 		}
-		if r.MaxWait == 0 {
-			r.MaxWait = DefaultMaxWait
+		if r.AcquireTimeout == 0 {
+			r.AcquireTimeout = defaultAcquireTimeout
 		}
 		out[i] = &rule{Rule: r, index: i, order: first[r.Name]}
 	}

@@ -28,7 +28,7 @@ func TestBusyErrorIsErrBusy(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "full", Limit: 1, MaxWait: 50 * time.Millisecond}})
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "full", Limit: 1, AcquireTimeout: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestBusyErrorIsErrBusy(t *testing.T) {
 func TestLeaseIDIncludesQueue(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "q", Limit: 2, MaxWait: 10 * time.Second}})
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "q", Limit: 2, AcquireTimeout: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			srv := redistest.StartServer(t)
 			rdb := srv.Client(t)
 			ctx := context.Background()
-			mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "stuck", Limit: limit, MaxWait: 200 * time.Millisecond}})
+			mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "stuck", Limit: limit, AcquireTimeout: 200 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,8 +198,8 @@ func customerOf(_ context.Context, t *asynq.Task) (string, bool) {
 // first.
 func composeRules() []asynqmw.Rule {
 	return []asynqmw.Rule{
-		{Name: "export-customer", Type: "export", Key: customerOf, Limit: 1, MaxWait: 2 * time.Second},
-		{Name: "exports", Type: "export", Limit: 3, MaxWait: 2 * time.Second},
+		{Name: "export-customer", Type: "export", Key: customerOf, Limit: 1, AcquireTimeout: 2 * time.Second},
+		{Name: "exports", Type: "export", Limit: 3, AcquireTimeout: 2 * time.Second},
 	}
 }
 
@@ -267,8 +267,8 @@ func TestRulesComposeAcrossProcesses(t *testing.T) {
 func TestQueueRuleAndKeyLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
-		{Name: "slow-queue", Queue: "slow", Limit: 1, MaxWait: time.Second},
-		{Name: "tenant", Queue: "fast", Key: customerOf, Limit: 1, MaxWait: time.Second,
+		{Name: "slow-queue", Queue: "slow", Limit: 1, AcquireTimeout: time.Second},
+		{Name: "tenant", Queue: "fast", Key: customerOf, Limit: 1, AcquireTimeout: time.Second,
 			KeyLimit: func(key string) int64 {
 				if key == "vip" {
 					return 3
@@ -375,14 +375,14 @@ func TestNoStatePerKey(t *testing.T) {
 // A gated task holds an asynq worker slot while it waits. On a server of
 // Concurrency 2 whose two slots first go to gated tasks on their last try
 // (their permit is held elsewhere), ungated tasks enqueued at the same
-// time start once LastTryWait has run out, not at the gated tasks'
+// time start once LastTryAcquireTimeout has run out, not at the gated tasks'
 // deadline; the gated tasks are then archived as busy.
 func TestUngatedTasksWhileGatedWait(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	const lastTry = 500 * time.Millisecond
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, MaxWait: 200 * time.Millisecond}},
-		asynqmw.LastTryWait(lastTry))
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "export", Type: "export", Limit: 1, AcquireTimeout: 200 * time.Millisecond}},
+		asynqmw.LastTryAcquireTimeout(lastTry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestUngatedTasksWhileGatedWait(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("Concurrency 2, 2 gated last-try tasks first, LastTryWait %v: ungated tasks started at %v", lastTry, starts)
+	t.Logf("Concurrency 2, 2 gated last-try tasks first, LastTryAcquireTimeout %v: ungated tasks started at %v", lastTry, starts)
 }
 
 // With MaxGated, a task whose permit never frees stops being re-queued
@@ -435,7 +435,7 @@ func TestMaxGatedEndsBusyRequeues(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "never", Limit: 1, MaxWait: 100 * time.Millisecond}},
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "never", Limit: 1, AcquireTimeout: 100 * time.Millisecond}},
 		asynqmw.MaxGated(time.Second, insp))
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func TestMaxGatedEndsBusyRequeues(t *testing.T) {
 
 // With MaxGated, a task on its last try costs no read of asynq's Redis
 // when its permit is free: the lookup is made only once it has waited
-// MaxWait, and a busy return after that reuses it.
+// AcquireTimeout, and a busy return after that reuses it.
 func TestMaxGatedLooksUpOnlyWhenWaiting(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
@@ -485,8 +485,8 @@ func TestMaxGatedLooksUpOnlyWhenWaiting(t *testing.T) {
 	}
 	trips.n.Store(0)
 
-	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "last", Limit: 1, MaxWait: time.Second}},
-		asynqmw.MaxGated(time.Minute, mwInsp), asynqmw.LastTryWait(2*time.Second))
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "last", Limit: 1, AcquireTimeout: time.Second}},
+		asynqmw.MaxGated(time.Minute, mwInsp), asynqmw.LastTryAcquireTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,8 +175,8 @@ func run(c config, out *os.File) (err error) {
 	// customer's permit, then one of the fleet-wide ones, so that a
 	// customer's backlog waits without sitting on fleet-wide permits.
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{
-		{Name: "partner-api-customer", TypePrefix: "partner:", Key: customerOf, Limit: c.perCustomer, MaxWait: 150 * time.Millisecond},
-		{Name: "partner-api", TypePrefix: "partner:", Limit: c.limit, MaxWait: 150 * time.Millisecond},
+		{Name: "partner-api-customer", TypePrefix: "partner:", Key: customerOf, Limit: c.perCustomer, AcquireTimeout: 150 * time.Millisecond},
+		{Name: "partner-api", TypePrefix: "partner:", Limit: c.limit, AcquireTimeout: 150 * time.Millisecond},
 	}, asynqmw.Metrics(metrics), asynqmw.Logger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err
