@@ -87,28 +87,6 @@ type TransportConfig struct {
 	Logger *slog.Logger
 }
 
-// ConfigError names the field of a ServerConfig or TransportConfig that
-// is wrong and why. errors.Is(err, limiter.ErrInvalidArgument) is true
-// for it, as for the limiter's own *ArgumentError.
-type ConfigError struct {
-	Field  string // e.g. "Name", "Limit", "BusyStatus"
-	Value  any
-	Reason string
-	err    error // the limiter's *ArgumentError it restates, if any
-}
-
-// Error says which field is wrong and why.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("httplimit: invalid %s %v: %s", e.Field, e.Value, e.Reason)
-}
-
-// Is makes errors.Is(err, limiter.ErrInvalidArgument) true.
-func (e *ConfigError) Is(target error) bool { return target == limiter.ErrInvalidArgument }
-
-// Unwrap returns the limiter's *ArgumentError for a Name or Limit that
-// limiter.Client.Semaphore refused, else nil.
-func (e *ConfigError) Unwrap() error { return e.err }
-
 // configFields are the config's fields that Client.Semaphore validates,
 // by the names of its arguments.
 var configFields = map[string]string{"name": "Name", "limit": "Limit"}
@@ -126,11 +104,11 @@ type common struct {
 // cache. A probe semaphore (Client.Semaphore sends nothing to Redis)
 // reports a bad name, limit or limiter option, or a closed client, now
 // rather than on the first request; a bad Name or Limit as a
-// *ConfigError wrapping the limiter's *ArgumentError.
+// *limiter.ArgumentError naming the config's field.
 func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Duration,
 	lopts []limiter.Option, logger *slog.Logger) (common, error) {
 	if client == nil {
-		return common{}, &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"}
+		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
 	}
 	if maxWait == 0 {
 		maxWait = DefaultMaxWait
@@ -144,7 +122,7 @@ func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Du
 		var ae *limiter.ArgumentError
 		if errors.As(err, &ae) {
 			if field, ok := configFields[ae.Arg]; ok {
-				return common{}, &ConfigError{Field: field, Value: ae.Value, Reason: ae.Reason, err: ae}
+				err = &limiter.ArgumentError{Arg: field, Value: ae.Value, Reason: ae.Reason}
 			}
 		}
 		return common{}, fmt.Errorf("httplimit: %w", err)

@@ -49,5 +49,5 @@
 // release round trip, so derive keys from authenticated values (run the
 // middleware after authentication), not from anything a client may
 // invent. Invalid configs are reported when the middleware or transport
-// is made, as a *ConfigError naming the field.
+// is made, as a *limiter.ArgumentError naming the field.
 package httplimit

@@ -38,7 +38,7 @@ func ExampleMiddleware() {
 		},
 	})
 	if err != nil {
-		panic(err) // a *httplimit.ConfigError names the bad field
+		panic(err) // wraps a *limiter.ArgumentError naming the bad field
 	}
 	inSlow, finish := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

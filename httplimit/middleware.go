@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -13,10 +14,11 @@ import (
 
 // Middleware returns a middleware that runs a handler only while the
 // request holds a permit of a semaphore of client (see ServerConfig for
-// which one, and how many permits). A nil client gives a
-// *limiter.ArgumentError naming "client"; a bad field a *ConfigError
-// naming it; a bad LimiterOptions value the limiter's *ArgumentError; a
-// closed client limiter.ErrClosed. Nothing is sent to Redis until a
+// which one, and how many permits). Bad arguments give an error wrapping
+// a *limiter.ArgumentError (errors.Is(err, limiter.ErrInvalidArgument))
+// naming "client" when it is nil, the config's field (Name, Limit,
+// BusyStatus), or the limiter's option for a bad LimiterOptions value; a
+// closed client gives limiter.ErrClosed. Nothing is sent to Redis until a
 // request comes.
 //
 // A request waits for its permit up to MaxWait (or not at all when
@@ -56,7 +58,7 @@ func Middleware(client *limiter.Client, cfg ServerConfig) (func(http.Handler) ht
 		busy = http.StatusTooManyRequests
 	}
 	if busy < 400 || busy > 599 {
-		return nil, &ConfigError{Field: "BusyStatus", Value: cfg.BusyStatus, Reason: "must be a 4xx or 5xx status"}
+		return nil, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "BusyStatus", Value: cfg.BusyStatus, Reason: "must be a 4xx or 5xx status"})
 	}
 	m := &middleware{common: c, key: cfg.Key, weight: cfg.Weight, busy: busy}
 	return m.wrap, nil

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -321,6 +322,15 @@ func TestMiddlewareClientGoneWhileWaiting(t *testing.T) {
 
 func TestBadConfig(t *testing.T) {
 	e := newEnv(t)
+	// Each bad argument is a *limiter.ArgumentError naming the config's
+	// field, or the option.
+	check := func(what string, err error, arg string) {
+		t.Helper()
+		var ae *limiter.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != arg || !errors.Is(err, limiter.ErrInvalidArgument) {
+			t.Fatalf("%s: %v, want a *limiter.ArgumentError naming %s", what, err, arg)
+		}
+	}
 	for _, tc := range []struct {
 		cfg   httplimit.ServerConfig
 		field string
@@ -332,10 +342,7 @@ func TestBadConfig(t *testing.T) {
 		{httplimit.ServerConfig{Name: "x", Limit: 1, BusyStatus: 600}, "BusyStatus"},
 	} {
 		_, err := httplimit.Middleware(e.lc, tc.cfg)
-		var ce *httplimit.ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field || !errors.Is(err, limiter.ErrInvalidArgument) {
-			t.Fatalf("Middleware(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
-		}
+		check(fmt.Sprintf("Middleware(%+v)", tc.cfg), err, tc.field)
 	}
 	for _, tc := range []struct {
 		cfg   httplimit.TransportConfig
@@ -343,30 +350,22 @@ func TestBadConfig(t *testing.T) {
 	}{
 		{httplimit.TransportConfig{Limit: 1}, "Name"},
 		{httplimit.TransportConfig{Name: "x", Limit: 0}, "Limit"},
+		{httplimit.TransportConfig{Name: "x", Limit: 1 << 50}, "Limit"},
 	} {
 		_, err := httplimit.NewTransport(e.lc, tc.cfg)
-		var ce *httplimit.ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field {
-			t.Fatalf("NewTransport(%+v): %v, want a *ConfigError for %s", tc.cfg, err, tc.field)
-		}
+		check(fmt.Sprintf("NewTransport(%+v)", tc.cfg), err, tc.field)
 	}
-	var ae *limiter.ArgumentError
-	if _, err := httplimit.Middleware(nil, httplimit.ServerConfig{Name: "x", Limit: 1}); !errors.As(err, &ae) || ae.Arg != "client" {
-		t.Fatalf("nil client: %v", err)
-	}
-	if _, err := httplimit.NewTransport(nil, httplimit.TransportConfig{Name: "x", Limit: 1}); !errors.As(err, &ae) || ae.Arg != "client" {
-		t.Fatalf("nil client: %v", err)
-	}
-	// A bad limiter option or limit is reported now, not per request.
-	if _, err := httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "x", Limit: 1,
-		LimiterOptions: []limiter.Option{limiter.TTL(-1)}}); !errors.As(err, &ae) || ae.Arg != "TTL" {
-		t.Fatalf("bad TTL: %v", err)
-	}
-	var ce *httplimit.ConfigError
-	if _, err := httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1 << 50}); !errors.As(err, &ae) || ae.Arg != "limit" ||
-		!errors.As(err, &ce) || ce.Field != "Limit" {
-		t.Fatalf("huge limit: %v, want a *ConfigError for Limit wrapping the limiter's *ArgumentError", err)
-	}
+	_, err := httplimit.Middleware(nil, httplimit.ServerConfig{Name: "x", Limit: 1})
+	check("Middleware, nil client", err, "client")
+	_, err = httplimit.NewTransport(nil, httplimit.TransportConfig{Name: "x", Limit: 1})
+	check("NewTransport, nil client", err, "client")
+	// A bad limiter option is reported now, not per request.
+	_, err = httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "x", Limit: 1,
+		LimiterOptions: []limiter.Option{limiter.TTL(-1)}})
+	check("Middleware, bad TTL", err, "TTL")
+	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1,
+		LimiterOptions: []limiter.Option{limiter.TTL(-1)}})
+	check("NewTransport, bad TTL", err, "TTL")
 	closed, err := limiter.New(e.rdb)
 	if err != nil {
 		t.Fatal(err)

@@ -27,11 +27,12 @@ type Transport struct {
 }
 
 // NewTransport returns a Transport that sends requests with cfg.Base once
-// they hold a permit of a semaphore of client. A nil client gives a
-// *limiter.ArgumentError naming "client"; a bad field a *ConfigError
-// naming it; a bad LimiterOptions value the limiter's *ArgumentError; a
-// closed client limiter.ErrClosed. Nothing is sent to Redis until a
-// request is.
+// they hold a permit of a semaphore of client. Bad arguments give an
+// error wrapping a *limiter.ArgumentError (errors.Is(err,
+// limiter.ErrInvalidArgument)) naming "client" when it is nil, the
+// config's field (Name, Limit), or the limiter's option for a bad
+// LimiterOptions value; a closed client gives limiter.ErrClosed. Nothing
+// is sent to Redis until a request is.
 //
 // Close client only after the Transport's last response body was closed:
 // its Close ends the waits in progress (RoundTrip fails with
