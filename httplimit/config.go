@@ -11,9 +11,9 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// DefaultMaxWait is how long a request waits for a permit when its
-// config's MaxWait is 0.
-const DefaultMaxWait = 5 * time.Second
+// defaultAcquireTimeout is the configs' AcquireTimeout when they do not
+// say.
+const defaultAcquireTimeout = 5 * time.Second
 
 // ServerConfig configures Middleware.
 type ServerConfig struct {
@@ -37,20 +37,22 @@ type ServerConfig struct {
 	// request is answered 500 Internal Server Error and the limiter's
 	// *ArgumentError is logged.
 	Weight func(r *http.Request) int64
-	// MaxWait bounds how long a request waits for a permit (woken by a
-	// release, not by polling), and the request's own context bounds it
-	// too. 0 means DefaultMaxWait; a negative MaxWait does not wait at
-	// all: a request that finds the semaphore full is answered at once.
-	MaxWait time.Duration
+	// AcquireTimeout bounds how long a request waits for a permit (woken
+	// by a release, not by polling), and the request's own context bounds
+	// it too: it is the semaphores' limiter.AcquireTimeout. 0 means the
+	// default, 5s (not the limiter's unbounded wait); a negative
+	// AcquireTimeout does not wait at all: a request that finds the
+	// semaphore full is answered at once.
+	AcquireTimeout time.Duration
 	// BusyStatus is the status of the answer to a request that got no
-	// permit within MaxWait (default 429 Too Many Requests;
+	// permit within AcquireTimeout (default 429 Too Many Requests;
 	// 503 Service Unavailable is the other usual choice). It must be
 	// a 4xx or 5xx status.
 	BusyStatus int
 	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
 	// limiter.Prefix, limiter.Metrics); they override the options the
-	// limiter.Client was made with. MaxWait overrides their
-	// AcquireTimeout and AttemptsLimit.
+	// limiter.Client was made with. The config's AcquireTimeout
+	// overrides their AcquireTimeout and AttemptsLimit.
 	LimiterOptions []limiter.Option
 	// Logger receives failed releases, Redis failures and refused
 	// weights (default slog.Default()). Lost leases are logged by the
@@ -71,17 +73,18 @@ type TransportConfig struct {
 	// and port (lower-cased, with the scheme's default port filled in),
 	// so every upstream host has its own cap of Limit.
 	Key func(r *http.Request) (key string, ok bool)
-	// MaxWait bounds how long a request waits for a permit, and the
-	// request's context bounds it too. 0 means DefaultMaxWait; a negative
-	// MaxWait does not wait at all: RoundTrip fails at once when the
-	// semaphore is full.
-	MaxWait time.Duration
+	// AcquireTimeout bounds how long a request waits for a permit, and
+	// the request's context bounds it too: it is the semaphores'
+	// limiter.AcquireTimeout. 0 means the default, 5s (not the limiter's
+	// unbounded wait); a negative AcquireTimeout does not wait at all:
+	// RoundTrip fails at once when the semaphore is full.
+	AcquireTimeout time.Duration
 	// Base sends the requests (default http.DefaultTransport).
 	Base http.RoundTripper
 	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
 	// limiter.MaxHold, limiter.Prefix); they override the options the
-	// limiter.Client was made with. MaxWait overrides their
-	// AcquireTimeout and AttemptsLimit.
+	// limiter.Client was made with. The config's AcquireTimeout
+	// overrides their AcquireTimeout and AttemptsLimit.
 	LimiterOptions []limiter.Option
 	// Logger receives failed releases (default slog.Default()).
 	Logger *slog.Logger
@@ -94,10 +97,10 @@ var configFields = map[string]string{"name": "Name", "limit": "Limit"}
 // common is what the middleware and the transport share: validated
 // fields, the semaphore options and the semaphore cache.
 type common struct {
-	name    string
-	maxWait time.Duration // < 0: TryAcquire
-	logger  *slog.Logger
-	sems    *semaphores
+	name           string
+	acquireTimeout time.Duration // < 0: TryAcquire
+	logger         *slog.Logger
+	sems           *semaphores
 }
 
 // newCommon validates what both configs have and makes the semaphore
@@ -105,19 +108,19 @@ type common struct {
 // reports a bad name, limit or limiter option, or a closed client, now
 // rather than on the first request; a bad Name or Limit as a
 // *limiter.ArgumentError naming the config's field.
-func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Duration,
+func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout time.Duration,
 	lopts []limiter.Option, logger *slog.Logger) (common, error) {
 	if client == nil {
 		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
 	}
-	if maxWait == 0 {
-		maxWait = DefaultMaxWait
+	if acquireTimeout == 0 {
+		acquireTimeout = defaultAcquireTimeout
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	// MaxWait alone (with the request's context) bounds the wait.
-	opts := append(slices.Clone(lopts), limiter.AcquireTimeout(max(maxWait, 0)), limiter.AttemptsLimit(0))
+	// AcquireTimeout alone (with the request's context) bounds the wait.
+	opts := append(slices.Clone(lopts), limiter.AcquireTimeout(max(acquireTimeout, 0)), limiter.AttemptsLimit(0))
 	if _, err := client.Semaphore(name, limit, opts...); err != nil {
 		var ae *limiter.ArgumentError
 		if errors.As(err, &ae) {
@@ -127,5 +130,5 @@ func newCommon(client *limiter.Client, name string, limit int64, maxWait time.Du
 		}
 		return common{}, fmt.Errorf("httplimit: %w", err)
 	}
-	return common{name: name, maxWait: maxWait, logger: logger, sems: newSemaphores(client, limit, opts)}, nil
+	return common{name: name, acquireTimeout: acquireTimeout, logger: logger, sems: newSemaphores(client, limit, opts)}, nil
 }

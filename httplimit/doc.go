@@ -7,7 +7,7 @@
 //
 //	// Server: at most 10 requests per API key at once; wait up to 2s, then 429.
 //	mw, err := httplimit.Middleware(lc, httplimit.ServerConfig{
-//		Name: "api", Limit: 10, MaxWait: 2 * time.Second,
+//		Name: "api", Limit: 10, AcquireTimeout: 2 * time.Second,
 //		Key: func(r *http.Request) (string, bool) { k := r.Header.Get("X-API-Key"); return k, k != "" },
 //	})
 //	http.ListenAndServe(addr, mw(mux))
@@ -19,8 +19,9 @@
 // # Middleware
 //
 // A request waits for a permit (woken by a release, not by polling) up to
-// MaxWait, then is answered 429 Too Many Requests (or the configured
-// BusyStatus) with a Retry-After header from limiter.BusyError's RetryIn.
+// AcquireTimeout, then is answered 429 Too Many Requests (or the
+// configured BusyStatus) with a Retry-After header from
+// limiter.BusyError's RetryIn.
 // The handler runs under the lease (limiter.Lease.Run, the one way work
 // runs under a lease in this module): limiter.LeaseFrom(r.Context())
 // gives the lease, the request's context is cancelled with cause
@@ -29,8 +30,8 @@
 //
 // # Transport
 //
-// RoundTrip waits for a permit (the request's context and MaxWait bound
-// the wait) and holds it until the response body is read to the end or
+// RoundTrip waits for a permit (the request's context and AcquireTimeout
+// bound the wait) and holds it until the response body is read to the end or
 // closed, not merely until RoundTrip returns, so a streamed response
 // counts for as long as it streams. It releases exactly once, also when
 // the request fails. A lost lease cuts the request off: RoundTrip, or
@@ -49,5 +50,7 @@
 // release round trip, so derive keys from authenticated values (run the
 // middleware after authentication), not from anything a client may
 // invent. Invalid configs are reported when the middleware or transport
-// is made, as a *limiter.ArgumentError naming the field.
+// is made, as a *limiter.ArgumentError naming the field. AcquireTimeout
+// is the limiter's bound under its name: the config sets it on every
+// semaphore.
 package httplimit

@@ -18,7 +18,7 @@ import (
 
 // At most one request per API key at once, across every server process
 // that uses this Redis. A request that finds its key busy is answered
-// 429 with Retry-After at once (a negative MaxWait does not wait).
+// 429 with Retry-After at once (a negative AcquireTimeout does not wait).
 func ExampleMiddleware() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
@@ -29,9 +29,9 @@ func ExampleMiddleware() {
 	defer lc.Close(context.Background()) // after the server shut down
 
 	mw, err := httplimit.Middleware(lc, httplimit.ServerConfig{
-		Name:    "example:api",
-		Limit:   1,
-		MaxWait: -1,
+		Name:           "example:api",
+		Limit:          1,
+		AcquireTimeout: -1,
 		Key: func(r *http.Request) (string, bool) {
 			key := r.Header.Get("X-API-Key")
 			return key, key != "" // requests without a key are not capped
@@ -102,9 +102,9 @@ func ExampleNewTransport() {
 	defer upstream.Close()
 
 	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{
-		Name:    "example:outbound",
-		Limit:   2,
-		MaxWait: 100 * time.Millisecond, // and the request's context
+		Name:           "example:outbound",
+		Limit:          2,
+		AcquireTimeout: 100 * time.Millisecond, // and the request's context
 	})
 	if err != nil {
 		panic(err)
@@ -114,7 +114,7 @@ func ExampleNewTransport() {
 
 	a, _ := hc.Get(upstream.URL) // holds a permit until its body is done
 	b, _ := hc.Get(upstream.URL)
-	_, err = hc.Get(upstream.URL) // a third waits up to MaxWait, then fails
+	_, err = hc.Get(upstream.URL) // a third waits up to AcquireTimeout, then fails
 	var busy *limiter.BusyError
 	fmt.Println("third:", errors.Is(err, limiter.ErrBusy), errors.As(err, &busy))
 

@@ -21,8 +21,8 @@ import (
 // closed client gives limiter.ErrClosed. Nothing is sent to Redis until a
 // request comes.
 //
-// A request waits for its permit up to MaxWait (or not at all when
-// MaxWait is negative). If none frees in time, it is answered
+// A request waits for its permit up to AcquireTimeout (or not at all when
+// AcquireTimeout is negative). If none frees in time, it is answered
 // BusyStatus (429 by default) with a Retry-After header: the seconds
 // until the earliest lease of the semaphore expires (limiter.BusyError's
 // RetryIn, rounded up, at least 1), and the handler does not run. A
@@ -49,7 +49,7 @@ import (
 // handlers still running, cancelling their contexts with cause
 // limiter.ErrNotHeld.
 func Middleware(client *limiter.Client, cfg ServerConfig) (func(http.Handler) http.Handler, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.MaxWait, cfg.LimiterOptions, cfg.Logger)
+	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, cfg.LimiterOptions, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +139,10 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, name st
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 }
 
-// acquire waits up to MaxWait (set as the semaphore's AcquireTimeout), or
-// not at all when MaxWait is negative.
+// acquire waits up to AcquireTimeout (set as the semaphore's), or not at
+// all when it is negative.
 func (c *common) acquire(ctx context.Context, sem *limiter.Semaphore, opts ...limiter.AcquireOption) (*limiter.Lease, error) {
-	if c.maxWait < 0 {
+	if c.acquireTimeout < 0 {
 		return sem.TryAcquire(ctx, opts...)
 	}
 	return sem.Acquire(ctx, opts...)

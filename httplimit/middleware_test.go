@@ -50,7 +50,7 @@ func TestMiddlewareCapHolds(t *testing.T) {
 	e := newEnv(t)
 	var c redistest.Gauge
 	var noLease sync.Once
-	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "cap", Limit: 3, MaxWait: 10 * time.Second},
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "cap", Limit: 3, AcquireTimeout: 10 * time.Second},
 		func(w http.ResponseWriter, r *http.Request) {
 			c.Enter()
 			defer c.Leave()
@@ -89,7 +89,7 @@ func TestMiddlewareCapHolds(t *testing.T) {
 }
 
 // A full semaphore: 429 (or BusyStatus) with Retry-After, the handler
-// never runs; a permit that frees within MaxWait lets the request in.
+// never runs; a permit that frees within AcquireTimeout lets the request in.
 func TestMiddlewareBusy(t *testing.T) {
 	e := newEnv(t)
 	// Another process holds the one permit; its lease expires within 3s
@@ -106,10 +106,10 @@ func TestMiddlewareBusy(t *testing.T) {
 		cfg    httplimit.ServerConfig
 		status int
 	}{
-		{httplimit.ServerConfig{Name: "busy", Limit: 1, MaxWait: 100 * time.Millisecond}, http.StatusTooManyRequests},
-		{httplimit.ServerConfig{Name: "busy", Limit: 1, MaxWait: 100 * time.Millisecond, BusyStatus: http.StatusServiceUnavailable}, http.StatusServiceUnavailable},
-		// Negative MaxWait: answered at once, not after DefaultMaxWait.
-		{httplimit.ServerConfig{Name: "busy", Limit: 1, MaxWait: -1}, http.StatusTooManyRequests},
+		{httplimit.ServerConfig{Name: "busy", Limit: 1, AcquireTimeout: 100 * time.Millisecond}, http.StatusTooManyRequests},
+		{httplimit.ServerConfig{Name: "busy", Limit: 1, AcquireTimeout: 100 * time.Millisecond, BusyStatus: http.StatusServiceUnavailable}, http.StatusServiceUnavailable},
+		// Negative AcquireTimeout: answered at once, not after the default AcquireTimeout.
+		{httplimit.ServerConfig{Name: "busy", Limit: 1, AcquireTimeout: -1}, http.StatusTooManyRequests},
 	} {
 		srv := middleware(t, e.lc, tc.cfg, handler)
 		start := time.Now()
@@ -122,23 +122,23 @@ func TestMiddlewareBusy(t *testing.T) {
 		if err != nil || secs < 1 || secs > 3 {
 			t.Fatalf("%+v: Retry-After %q, want 1..3 seconds", tc.cfg, resp.Header.Get("Retry-After"))
 		}
-		if tc.cfg.MaxWait > 0 && took < tc.cfg.MaxWait {
-			t.Fatalf("%+v: answered after %v, before MaxWait", tc.cfg, took)
+		if tc.cfg.AcquireTimeout > 0 && took < tc.cfg.AcquireTimeout {
+			t.Fatalf("%+v: answered after %v, before AcquireTimeout", tc.cfg, took)
 		}
-		if tc.cfg.MaxWait < 0 && took > 2*time.Second {
-			t.Fatalf("negative MaxWait: answered after %v", took)
+		if tc.cfg.AcquireTimeout < 0 && took > 2*time.Second {
+			t.Fatalf("negative AcquireTimeout: answered after %v", took)
 		}
 	}
 
 	// A wait that the release ends is served.
-	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "busy", Limit: 1, MaxWait: 10 * time.Second}, handler)
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "busy", Limit: 1, AcquireTimeout: 10 * time.Second}, handler)
 	ran.Add(1) // only this request may reach the handler
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		lease.Release(ctxT(t, 5*time.Second))
 	}()
 	if resp := get(t, hc, srv.URL); resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d after the permit freed within MaxWait", resp.StatusCode)
+		t.Fatalf("status %d after the permit freed within AcquireTimeout", resp.StatusCode)
 	}
 	ran.Wait()
 }
@@ -147,7 +147,7 @@ func TestMiddlewareBusy(t *testing.T) {
 func TestMiddlewarePanicReleasesAndPropagates(t *testing.T) {
 	noLeaks(t)
 	e := newEnv(t)
-	mw, err := httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "panic", Limit: 1, MaxWait: -1})
+	mw, err := httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "panic", Limit: 1, AcquireTimeout: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestMiddlewareKeyAndWeight(t *testing.T) {
 	leave := make(chan struct{})
 	var gated sync.Map // path -> whether the handler ran under a lease
 	srv := middleware(t, e.lc, httplimit.ServerConfig{
-		Name: "tenant", Limit: 2, MaxWait: -1,
+		Name: "tenant", Limit: 2, AcquireTimeout: -1,
 		Key: func(r *http.Request) (string, bool) {
 			k := r.Header.Get("X-Key")
 			return k, k != ""
@@ -293,7 +293,7 @@ func TestMiddlewareClientGoneWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := make(chan struct{}, 1)
-	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "gone", Limit: 1, MaxWait: time.Minute},
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "gone", Limit: 1, AcquireTimeout: time.Minute},
 		func(w http.ResponseWriter, r *http.Request) { ran <- struct{}{} })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -385,7 +385,7 @@ func TestMiddlewareWeightAboveFleetLimit(t *testing.T) {
 	if err := sem(t, e.other(t), "fleet", 3).SetLimit(ctxT(t, 5*time.Second), 1); err != nil {
 		t.Fatal(err)
 	}
-	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "fleet", Limit: 3, MaxWait: 10 * time.Second,
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "fleet", Limit: 3, AcquireTimeout: 10 * time.Second,
 		Weight: func(*http.Request) int64 { return 2 }},
 		func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") })
 	start := time.Now()

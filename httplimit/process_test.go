@@ -41,7 +41,7 @@ func runChild() int {
 	}
 	defer lc.Close(context.Background())
 	limit, _ := strconv.ParseInt(os.Getenv("HTTPLIMIT_LIMIT"), 10, 64)
-	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "procs", Limit: limit, MaxWait: time.Minute})
+	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "procs", Limit: limit, AcquireTimeout: time.Minute})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -39,7 +39,7 @@ type Transport struct {
 // limiter.ErrClosed) and releases the permits of responses still being
 // read, without cutting their bodies off.
 func NewTransport(client *limiter.Client, cfg TransportConfig) (*Transport, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.MaxWait, cfg.LimiterOptions, cfg.Logger)
+	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, cfg.LimiterOptions, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func NewTransport(client *limiter.Client, cfg TransportConfig) (*Transport, erro
 // once, uncapped.
 //
 // The wait ends with the request's context (RoundTrip returns an error
-// wrapping its cause), after MaxWait (an error wrapping a
+// wrapping its cause), after AcquireTimeout (an error wrapping a
 // *limiter.BusyError, which matches limiter.ErrBusy and, after a wait,
 // limiter.ErrTimeout), or when the limiter Client closes
 // (limiter.ErrClosed); a Redis failure is returned wrapped. In each case

@@ -57,7 +57,7 @@ func TestTransportCapHolds(t *testing.T) {
 		time.Sleep(15 * time.Millisecond)
 		io.WriteString(w, "tail")
 	})
-	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "out", Limit: 3, MaxWait: 10 * time.Second}))
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "out", Limit: 3, AcquireTimeout: 10 * time.Second}))
 	var wg sync.WaitGroup
 	for range 24 {
 		wg.Add(1)
@@ -100,7 +100,7 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 		}
 		io.WriteString(w, "last\n")
 	})
-	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "stream", Limit: 1, MaxWait: -1}))
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "stream", Limit: 1, AcquireTimeout: -1}))
 	observer := sem(t, e.other(t), hostName("stream", up), 1)
 
 	resp, err := hc.Get(up.URL)
@@ -179,7 +179,7 @@ func TestTransportCancelledRequestLeavesNoPermit(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "cancel", Limit: 1, MaxWait: 5 * time.Second}))
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "cancel", Limit: 1, AcquireTimeout: 5 * time.Second}))
 	observer := sem(t, e.other(t), hostName("cancel", up), 1)
 	noneHeld := func(when string) {
 		t.Helper()
@@ -374,7 +374,7 @@ func TestTransportReleasesOnErrorAndEmptyBody(t *testing.T) {
 	e := newEnv(t)
 	refused := errors.New("refused")
 	rt := transport(t, e.lc, httplimit.TransportConfig{
-		Name: "misc", Limit: 1, MaxWait: -1,
+		Name: "misc", Limit: 1, AcquireTimeout: -1,
 		Key: func(r *http.Request) (string, bool) { return "k", r.Header.Get("X-Uncapped") == "" },
 		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			switch r.URL.Path {
@@ -437,7 +437,7 @@ func TestTransportPerHost(t *testing.T) {
 		}
 	})
 	fast := upstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "hosts", Limit: 1, MaxWait: -1}))
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "hosts", Limit: 1, AcquireTimeout: -1}))
 	resp, err := hc.Get(slow.URL)
 	if err != nil {
 		t.Fatal(err)
