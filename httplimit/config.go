@@ -15,7 +15,9 @@ import (
 // say.
 const defaultAcquireTimeout = 5 * time.Second
 
-// ServerConfig configures Middleware.
+// ServerConfig says what Middleware caps: the semaphore of a request, its
+// limit and weight, how long a request waits and how a busy one is
+// answered. Options say the rest.
 type ServerConfig struct {
 	// Name names the semaphore (required). With Key, every key has its
 	// own semaphore, named Name+":"+key.
@@ -49,18 +51,11 @@ type ServerConfig struct {
 	// 503 Service Unavailable is the other usual choice). It must be
 	// a 4xx or 5xx status.
 	BusyStatus int
-	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
-	// limiter.Prefix, limiter.Metrics); they override the options the
-	// limiter.Client was made with. The config's AcquireTimeout
-	// overrides their AcquireTimeout and AttemptsLimit.
-	LimiterOptions []limiter.Option
-	// Logger receives failed releases, Redis failures and refused
-	// weights (default slog.Default()). Lost leases are logged by the
-	// limiter (limiter.Logger).
-	Logger *slog.Logger
 }
 
-// TransportConfig configures NewTransport.
+// TransportConfig says what a Transport caps: the semaphore of a request,
+// its limit, how long a request waits, and what sends the requests.
+// Options say the rest.
 type TransportConfig struct {
 	// Name prefixes the semaphores (required): a request's semaphore is
 	// named Name+":"+key.
@@ -81,18 +76,31 @@ type TransportConfig struct {
 	AcquireTimeout time.Duration
 	// Base sends the requests (default http.DefaultTransport).
 	Base http.RoundTripper
-	// LimiterOptions are passed to every semaphore (e.g. limiter.TTL,
-	// limiter.MaxHold, limiter.Prefix); they override the options the
-	// limiter.Client was made with. The config's AcquireTimeout
-	// overrides their AcquireTimeout and AttemptsLimit.
-	LimiterOptions []limiter.Option
-	// Logger receives failed releases (default slog.Default()).
-	Logger *slog.Logger
 }
 
-// configFields are the config's fields that Client.Semaphore validates,
-// by the names of its arguments.
-var configFields = map[string]string{"name": "Name", "limit": "Limit"}
+// Option configures Middleware or NewTransport, as asynqmw's and
+// scheduler's options configure theirs.
+type Option func(*options)
+
+type options struct {
+	limiterOpts []limiter.Option
+	logger      *slog.Logger
+}
+
+// LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
+// limiter.MaxHold, limiter.Prefix, limiter.ReleaseTimeout,
+// limiter.Metrics); they override the options the limiter.Client was
+// made with. The config's AcquireTimeout overrides their AcquireTimeout
+// and AttemptsLimit. A bad option makes Middleware or NewTransport return
+// the limiter's *ArgumentError.
+func LimiterOptions(opts ...limiter.Option) Option {
+	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
+}
+
+// Logger sets where failed releases, Redis failures and refused weights
+// are logged (default slog.Default()). Lost leases are logged by the
+// limiter (limiter.Logger).
+func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // common is what the middleware and the transport share: validated
 // fields, the semaphore options and the semaphore cache.
@@ -103,25 +111,34 @@ type common struct {
 	sems           *semaphores
 }
 
+// configFields are the config's fields that Client.Semaphore validates,
+// by the names of its arguments.
+var configFields = map[string]string{"name": "Name", "limit": "Limit"}
+
 // newCommon validates what both configs have and makes the semaphore
 // cache. A probe semaphore (Client.Semaphore sends nothing to Redis)
 // reports a bad name, limit or limiter option, or a closed client, now
 // rather than on the first request; a bad Name or Limit as a
 // *limiter.ArgumentError naming the config's field.
-func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout time.Duration,
-	lopts []limiter.Option, logger *slog.Logger) (common, error) {
+func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout time.Duration, opts []Option) (common, error) {
 	if client == nil {
 		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
+	}
+	var o options
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
 	}
 	if acquireTimeout == 0 {
 		acquireTimeout = defaultAcquireTimeout
 	}
-	if logger == nil {
-		logger = slog.Default()
-	}
 	// AcquireTimeout alone (with the request's context) bounds the wait.
-	opts := append(slices.Clone(lopts), limiter.AcquireTimeout(max(acquireTimeout, 0)), limiter.AttemptsLimit(0))
-	if _, err := client.Semaphore(name, limit, opts...); err != nil {
+	semOpts := append(slices.Clone(o.limiterOpts), limiter.AcquireTimeout(max(acquireTimeout, 0)), limiter.AttemptsLimit(0))
+	if _, err := client.Semaphore(name, limit, semOpts...); err != nil {
 		var ae *limiter.ArgumentError
 		if errors.As(err, &ae) {
 			if field, ok := configFields[ae.Arg]; ok {
@@ -130,5 +147,5 @@ func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout 
 		}
 		return common{}, fmt.Errorf("httplimit: %w", err)
 	}
-	return common{name: name, acquireTimeout: acquireTimeout, logger: logger, sems: newSemaphores(client, limit, opts)}, nil
+	return common{name: name, acquireTimeout: acquireTimeout, logger: o.logger, sems: newSemaphores(client, limit, semOpts)}, nil
 }

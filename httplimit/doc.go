@@ -49,8 +49,15 @@
 // lives in Redis. Every gated request still costs an acquire and a
 // release round trip, so derive keys from authenticated values (run the
 // middleware after authentication), not from anything a client may
-// invent. Invalid configs are reported when the middleware or transport
-// is made, as a *limiter.ArgumentError naming the field. AcquireTimeout
-// is the limiter's bound under its name: the config sets it on every
+// invent.
+//
+// # Configuration
+//
+// A ServerConfig or TransportConfig says what is capped (the semaphore's
+// name and limit, the key, the wait); Options (LimiterOptions, Logger)
+// say how, as for asynqmw and scheduler. Invalid configs and options are
+// reported when the middleware or transport is made, as a
+// *limiter.ArgumentError naming the field or option. AcquireTimeout is
+// the limiter's bound under its name: the config sets it on every
 // semaphore.
 package httplimit

@@ -105,7 +105,7 @@ func ExampleNewTransport() {
 		Name:           "example:outbound",
 		Limit:          2,
 		AcquireTimeout: 100 * time.Millisecond, // and the request's context
-	})
+	}, httplimit.LimiterOptions(limiter.MaxHold(time.Minute))) // a hold ends within a minute and a TTL
 	if err != nil {
 		panic(err)
 	}

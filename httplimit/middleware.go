@@ -48,8 +48,8 @@ import (
 // the waits in progress (answered 503) and releases the leases of
 // handlers still running, cancelling their contexts with cause
 // limiter.ErrNotHeld.
-func Middleware(client *limiter.Client, cfg ServerConfig) (func(http.Handler) http.Handler, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, cfg.LimiterOptions, cfg.Logger)
+func Middleware(client *limiter.Client, cfg ServerConfig, opts ...Option) (func(http.Handler) http.Handler, error) {
+	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-func middleware(t *testing.T, lc *limiter.Client, cfg httplimit.ServerConfig, h http.HandlerFunc) *httptest.Server {
+func middleware(t *testing.T, lc *limiter.Client, cfg httplimit.ServerConfig, h http.HandlerFunc, opts ...httplimit.Option) *httptest.Server {
 	t.Helper()
-	mw, err := httplimit.Middleware(lc, cfg)
+	mw, err := httplimit.Middleware(lc, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +180,7 @@ func TestMiddlewareLostLeaseCancelsRequest(t *testing.T) {
 	e := newEnv(t)
 	started := make(chan struct{})
 	cause := make(chan error, 1)
-	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "lost", Limit: 1,
-		LimiterOptions: []limiter.Option{limiter.TTL(600 * time.Millisecond)}},
+	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "lost", Limit: 1},
 		func(w http.ResponseWriter, r *http.Request) {
 			close(started)
 			select {
@@ -190,7 +189,7 @@ func TestMiddlewareLostLeaseCancelsRequest(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				cause <- errors.New("not cancelled within 10s")
 			}
-		})
+		}, httplimit.LimiterOptions(limiter.TTL(600*time.Millisecond)))
 	hc := httpClient(t, nil)
 	go func() {
 		if resp, err := hc.Get(srv.URL); err == nil {
@@ -360,11 +359,9 @@ func TestBadConfig(t *testing.T) {
 	_, err = httplimit.NewTransport(nil, httplimit.TransportConfig{Name: "x", Limit: 1})
 	check("NewTransport, nil client", err, "client")
 	// A bad limiter option is reported now, not per request.
-	_, err = httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "x", Limit: 1,
-		LimiterOptions: []limiter.Option{limiter.TTL(-1)}})
+	_, err = httplimit.Middleware(e.lc, httplimit.ServerConfig{Name: "x", Limit: 1}, httplimit.LimiterOptions(limiter.TTL(-1)))
 	check("Middleware, bad TTL", err, "TTL")
-	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1,
-		LimiterOptions: []limiter.Option{limiter.TTL(-1)}})
+	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Limit: 1}, httplimit.LimiterOptions(limiter.TTL(-1)))
 	check("NewTransport, bad TTL", err, "TTL")
 	closed, err := limiter.New(e.rdb)
 	if err != nil {

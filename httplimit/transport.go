@@ -38,8 +38,8 @@ type Transport struct {
 // its Close ends the waits in progress (RoundTrip fails with
 // limiter.ErrClosed) and releases the permits of responses still being
 // read, without cutting their bodies off.
-func NewTransport(client *limiter.Client, cfg TransportConfig) (*Transport, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, cfg.LimiterOptions, cfg.Logger)
+func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (*Transport, error) {
+	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, opts)
 	if err != nil {
 		return nil, err
 	}

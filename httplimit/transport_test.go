@@ -17,12 +17,12 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-func transport(t *testing.T, lc *limiter.Client, cfg httplimit.TransportConfig) *httplimit.Transport {
+func transport(t *testing.T, lc *limiter.Client, cfg httplimit.TransportConfig, opts ...httplimit.Option) *httplimit.Transport {
 	t.Helper()
 	if cfg.Base == nil {
 		cfg.Base = newBase(t)
 	}
-	rt, err := httplimit.NewTransport(lc, cfg)
+	rt, err := httplimit.NewTransport(lc, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +264,8 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 	})
-	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "lost", Limit: 1,
-		LimiterOptions: []limiter.Option{limiter.TTL(600 * time.Millisecond)}}))
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "lost", Limit: 1},
+		httplimit.LimiterOptions(limiter.TTL(600*time.Millisecond))))
 	observer := sem(t, e.other(t), hostName("lost", up), 1)
 	waitUpstream := func() {
 		t.Helper()
@@ -325,12 +325,11 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 
 	// A base transport that reports the cut-off as an error of its own.
 	rt := transport(t, e.lc, httplimit.TransportConfig{Name: "lost", Limit: 1,
-		Key:            func(*http.Request) (string, bool) { return "own", true },
-		LimiterOptions: []limiter.Option{limiter.TTL(600 * time.Millisecond)},
+		Key: func(*http.Request) (string, bool) { return "own", true },
 		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			return &http.Response{StatusCode: http.StatusOK, Body: blockingBody{r.Context()}, Request: r}, nil
 		}),
-	})
+	}, httplimit.LimiterOptions(limiter.TTL(600*time.Millisecond)))
 	resp3, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://upstream.test/", nil))
 	if err != nil {
 		t.Fatal(err)
