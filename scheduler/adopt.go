@@ -16,10 +16,11 @@ import (
 
 // Adopt returns the worker-side middleware (see the package doc), which
 // resumes leases with semaphores of lc. lc must reach the scheduler's
-// Redis, with the same key prefix (LimiterOptions). Tasks without a
-// ticket header pass straight through. A nil lc gives an error wrapping a
-// *limiter.ArgumentError naming it, a bad option the limiter's
-// *ArgumentError, a closed lc limiter.ErrClosed; nothing is sent to Redis.
+// Redis, with the same key prefix (LimiterOptions). Tasks without the
+// redsem-ticket header that a Scheduler sets pass straight through. A nil
+// lc gives an error wrapping a *limiter.ArgumentError naming it, a bad
+// option the limiter's *ArgumentError, a closed lc limiter.ErrClosed;
+// nothing is sent to Redis.
 //
 // The first run of a tick takes the lease over from the ticket (a
 // transfer: the lease gets the WorkerTTL and a new fencing token). The
@@ -85,21 +86,21 @@ type handoff struct {
 }
 
 func parseHandoff(h map[string]string) (handoff, error) {
-	ticket, err := limiter.ParseTicket(h[HeaderTicket])
+	ticket, err := limiter.ParseTicket(h[headerTicket])
 	if err != nil {
 		return handoff{}, err
 	}
-	limit, err := strconv.ParseInt(h[HeaderLimit], 10, 64)
+	limit, err := strconv.ParseInt(h[headerLimit], 10, 64)
 	if err != nil || limit < 1 {
-		return handoff{}, &limiter.ArgumentError{Arg: HeaderLimit, Value: h[HeaderLimit], Reason: "must be a number >= 1"}
+		return handoff{}, &limiter.ArgumentError{Arg: headerLimit, Value: h[headerLimit], Reason: "must be a number >= 1"}
 	}
-	pickup := DefaultLockTTL
-	if v, ok := h[HeaderTTL]; ok {
+	pickup := defaultLockTTL
+	if v, ok := h[headerTTL]; ok {
 		if pickup, err = time.ParseDuration(v); err != nil || pickup <= 0 {
-			return handoff{}, &limiter.ArgumentError{Arg: HeaderTTL, Value: v, Reason: "must be a duration > 0"}
+			return handoff{}, &limiter.ArgumentError{Arg: headerTTL, Value: v, Reason: "must be a duration > 0"}
 		}
 	}
-	return handoff{job: h[HeaderJob], ticket: ticket, limit: limit, pickup: pickup}, nil
+	return handoff{job: h[headerJob], ticket: ticket, limit: limit, pickup: pickup}, nil
 }
 
 // errRunning: an earlier run of the tick still holds the lock.
@@ -107,10 +108,10 @@ var errRunning = errors.New("an earlier run still holds the lock")
 
 func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-		if _, ok := t.Headers()[HeaderTicket]; !ok {
+		if _, ok := t.Headers()[headerTicket]; !ok {
 			return next.ProcessTask(ctx, t)
 		}
-		job := t.Headers()[HeaderJob]
+		job := t.Headers()[headerJob]
 		ho, err := parseHandoff(t.Headers())
 		var lease *limiter.Lease
 		if err == nil {

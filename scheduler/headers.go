@@ -1,9 +1,11 @@
 package scheduler
 
-// Task headers that carry the lock from the scheduler to the worker.
+// Task headers that carry the lock from the scheduler to the worker
+// (redsem-*, as asynq's tools show them): a wire format between this
+// package's two sides, not an API.
 const (
-	HeaderTicket = "redsem-ticket" // limiter.Ticket in text form
-	HeaderLimit  = "redsem-limit"  // the lock's limit (1 for a mutex)
-	HeaderJob    = "redsem-job"    // the job's name, for metrics and logs
-	HeaderTTL    = "redsem-ttl"    // the job's TTL (time.Duration text): the pick-up allowance, also of a retry
+	headerTicket = "redsem-ticket" // limiter.Ticket in text form
+	headerLimit  = "redsem-limit"  // the lock's limit (1 for a mutex)
+	headerJob    = "redsem-job"    // the job's name, for metrics and logs
+	headerTTL    = "redsem-ttl"    // the job's TTL (time.Duration text): the pick-up allowance, also of a retry
 )

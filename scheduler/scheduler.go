@@ -21,9 +21,8 @@ import (
 // sets its own Retention).
 const tickRetention = time.Minute
 
-// DefaultLockTTL is how long a job's lock may wait for a worker to adopt
-// it, when the job does not say.
-const DefaultLockTTL = time.Minute
+// defaultLockTTL is a Job's TTL when it does not say.
+const defaultLockTTL = time.Minute
 
 // Job is one scheduled task and the lock that keeps its runs apart.
 type Job struct {
@@ -47,7 +46,7 @@ type Job struct {
 	Lock  string
 	Limit int64
 	// TTL must cover the time from enqueue to a worker adopting the lease
-	// (default DefaultLockTTL); a task picked up later is skipped. A run
+	// (default 1 minute); a task picked up later is skipped. A run
 	// that fails keeps the lock for its retry for the retry delay plus
 	// TTL: a retry picked up later than that is skipped too.
 	TTL time.Duration
@@ -240,7 +239,7 @@ func (s *Scheduler) check(job Job) (Job, *limiter.Semaphore, error) {
 		job.Limit = 1
 	}
 	if job.TTL == 0 {
-		job.TTL = DefaultLockTTL
+		job.TTL = defaultLockTTL
 	}
 	lock, err := s.opts.lock(s.lc, job.Lock, job.Limit, job.TTL, false)
 	if err != nil {
@@ -302,10 +301,10 @@ func (s *Scheduler) enqueue(ctx context.Context, job Job, lock *limiter.Semaphor
 		return nil, errorf(job.Name, err)
 	}
 	headers := map[string]string{
-		HeaderTicket: lease.Ticket().String(),
-		HeaderLimit:  strconv.FormatInt(job.Limit, 10),
-		HeaderJob:    job.Name,
-		HeaderTTL:    job.TTL.String(),
+		headerTicket: lease.Ticket().String(),
+		headerLimit:  strconv.FormatInt(job.Limit, 10),
+		headerJob:    job.Name,
+		headerTTL:    job.TTL.String(),
 	}
 	task := asynq.NewTaskWithHeaders(job.TaskType, job.Payload, headers)
 	opts := append(slices.Clip(job.Options), asynq.TaskID(taskID))
