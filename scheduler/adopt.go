@@ -47,14 +47,19 @@ import (
 // WorkerTTL, and is re-queued without spending a retry
 // (asynqmw.IsFailure) until that run returns. If keeping the lock fails
 // (a Redis error), the lock is released and the retry will be skipped;
-// this is logged.
+// this is logged. A handler that outlives its deadline is the one case
+// where asynq does not see the *asynqmw.RetryError: asynq schedules the
+// retry when the deadline passes, with the delay of RetryDelay's next,
+// and the lock kept when the handler returns may lapse first if that
+// delay exceeds the kept one by more than the job's TTL.
 //
 // A task whose lock is gone (it waited longer than the job's TTL, its run
 // already ended, or its kept lock lapsed) returns an error wrapping
 // asynq.SkipRetry and limiter.ErrNotHeld: it is archived, never run. A
 // malformed ticket is skipped the same way. A Redis failure while taking
-// the lock (wrapped), or limiter.ErrClosed once lc is closed, is returned,
-// so asynq retries the task. Close lc after the asynq server has shut
+// the lock (wrapped), the task's context ending meanwhile, or
+// limiter.ErrClosed once lc is closed, is returned, so asynq retries the
+// task; the handler does not run. Close lc after the asynq server has shut
 // down: its Close releases the leases of handlers still running,
 // cancelling their contexts with cause limiter.ErrNotHeld (kept locks stay
 // for their retries).
