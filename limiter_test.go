@@ -186,7 +186,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 
 	workers := map[string]*exec.Cmd{"w1": start(t, srv.Addr(), "worker", "w1"), "w2": start(t, srv.Addr(), "worker", "w2")}
 	schedulers := []*exec.Cmd{start(t, srv.Addr(), "scheduler", "s1"), start(t, srv.Addr(), "scheduler", "s2")}
-	lock, _ := lc.Mutex(jobName)
+	locks := lc.Inspector() // what Redis holds of the job's lock
 
 	// Kill -9 whichever worker runs the job about 4s in.
 	time.Sleep(4 * time.Second)
@@ -201,7 +201,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 		return on[0] == "1" && victim != ""
 	})
 	runsBefore := rdb.LLen(ctx, "e2e:runs").Val()
-	held, err := lock.Holders(ctx)
+	held, err := locks.Holders(ctx, jobName)
 	if err != nil || len(held) != 1 {
 		t.Fatalf("holders during a run: %+v, %v", held, err)
 	}
@@ -212,7 +212,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	// Its handler will never say it stopped, unless it did just before.
 	endRun.Run(ctx, rdb, nil, victimRun, "killed")
 	redistest.Eventually(t, 10*time.Second, "the killed worker's lease expires", func() bool {
-		hs, _ := lock.Holders(ctx)
+		hs, _ := locks.Holders(ctx, jobName)
 		return len(hs) == 0 || hs[0].ID != held[0].ID
 	})
 	if freed := time.Since(killed); freed > workerTTL+time.Second {
@@ -253,7 +253,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 	// Every adopted lease was released (the killed one expired). A tick
 	// enqueued just before the schedulers stopped may still be running.
 	redistest.Eventually(t, 10*time.Second, "every lease released", func() bool {
-		hs, _ := lock.Holders(ctx)
+		hs, _ := locks.Holders(ctx, jobName)
 		return len(hs) == 0 && rdb.Get(ctx, "e2e:running").Val() == "0"
 	})
 	t.Logf("%d runs by 2 workers from 2 schedulers; %s killed mid-run, lock back after TTL", len(runs), victim)

@@ -133,6 +133,27 @@ func holdElsewhere(t testing.TB, rdb *redis.Client, name string) *limiter.Lease 
 	return held
 }
 
+// available returns the permits of name free now, as in reads them: its
+// effective limit (the fleet-wide one when set, else own, the limit of
+// the Semaphore that asks) minus the holders' weights, never below 0.
+func available(ctx context.Context, in *limiter.Inspector, name string, own int64) (int64, error) {
+	limit, err := in.Limit(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if limit == 0 {
+		limit = own
+	}
+	hs, err := in.Holders(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range hs {
+		limit -= h.Weight
+	}
+	return max(limit, 0), nil
+}
+
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
@@ -230,7 +251,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	rdb := srv.Client(t)
 	metrics := asynqmw.NewCollector()
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}},
-		asynqmw.LimiterOptions(limiter.Prefix("lost:")), asynqmw.Metrics(metrics))
+		asynqmw.Metrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +267,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	defer client.Close()
 	enqueue(t, client, asynq.NewTask("slow", nil))
 	<-started
-	keys, _ := rdb.Keys(context.Background(), "lost:*").Result()
+	keys, _ := rdb.Keys(context.Background(), limiter.DefaultPrefix+"*").Result()
 	if len(keys) == 0 {
 		t.Fatal("no lease keys while the handler runs")
 	}
@@ -446,8 +467,9 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	redistest.Eventually(t, 20*time.Second, "the worker starts the task", func() bool {
 		return rdb.Get(ctx, "started").Val() == info.ID
 	})
-	sem, _ := redistest.Limiter(t, rdb).Semaphore("crash", 2, limiter.TTL(2*time.Second))
-	hs, err := sem.Holders(ctx)
+	lc := redistest.Limiter(t, rdb)
+	sem, _ := lc.Semaphore("crash", 2, limiter.TTL(2*time.Second))
+	hs, err := lc.Inspector().Holders(ctx, "crash")
 	if err != nil || len(hs) != 1 || !strings.HasPrefix(hs[0].ID, "default:"+info.ID+":0:") {
 		t.Fatalf("holders while the task runs: %+v, %v (want one lease named default:%s:0:...)", hs, err, info.ID)
 	}
@@ -464,7 +486,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	}
 	defer other.Release(ctx)
 	redistest.Eventually(t, 10*time.Second, "the dead run's lease lapses", func() bool {
-		hs, _ := sem.Holders(ctx)
+		hs, _ := lc.Inspector().Holders(ctx, "crash")
 		return len(hs) == 1
 	})
 	if took := time.Since(killed); took > 5*time.Second {
@@ -526,15 +548,15 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	// asynq counts timeouts in whole seconds.
 	info := enqueue(t, client, asynq.NewTask("zombie", nil), asynq.Timeout(time.Second), asynq.MaxRetry(1))
 	<-started
-	sem, _ := redistest.Limiter(t, rdb).Mutex("zombie", limiter.TTL(ttl)) // another process
-	hs, err := sem.Holders(ctx)
+	in := redistest.Limiter(t, rdb).Inspector() // another process
+	hs, err := in.Holders(ctx, "zombie")
 	if err != nil || len(hs) != 1 || !strings.HasPrefix(hs[0].ID, "default:"+info.ID+":") {
 		t.Fatalf("holders while the handler runs: %+v, %v (want its lease)", hs, err)
 	}
 	<-returned
 	back := time.Now()
 	redistest.Eventually(t, ttl, "the abandoned handler releases", func() bool {
-		hs, _ := sem.Holders(ctx)
+		hs, _ := in.Holders(ctx, "zombie")
 		return len(hs) == 0
 	})
 	if took := time.Since(back); took > ttl/2 {
@@ -560,7 +582,10 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 	sem, _ := lc.Semaphore("direct", 1)
 	ctx := context.Background()
 	task := asynq.NewTask("direct", nil)
-	free := func() bool { n, err := sem.Available(ctx); return err == nil && n == 1 }
+	free := func() bool {
+		n, err := available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
+		return err == nil && n == 1
+	}
 
 	var token int64
 	err = mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {

@@ -59,7 +59,7 @@ func TestLeaseIDIncludesQueue(t *testing.T) {
 	both.Add(2)
 	together := make(chan struct{})
 	go func() { both.Wait(); close(together) }()
-	sem, _ := redistest.Limiter(t, rdb).Semaphore("q", 2)
+	in := redistest.Limiter(t, rdb).Inspector()
 	ids := make(chan []string, 1)
 	startServer(t, srv.Addr(), 4, func(c *asynq.Config) { c.Queues = map[string]int{"a": 1, "b": 1} },
 		mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
@@ -69,7 +69,7 @@ func TestLeaseIDIncludesQueue(t *testing.T) {
 			case <-time.After(3 * time.Second):
 				return errors.New("the same task id in the other queue did not run alongside")
 			}
-			if hs, err := sem.Holders(ctx); err == nil {
+			if hs, err := in.Holders(ctx, "q"); err == nil {
 				var s []string
 				for _, h := range hs {
 					s = append(s, h.ID)
@@ -119,7 +119,8 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sem, _ := redistest.Limiter(t, rdb).Semaphore("stuck", limit)
+			lc := redistest.Limiter(t, rdb)
+			sem, _ := lc.Semaphore("stuck", limit)
 			var c redistest.Gauge
 			var runs atomic.Int64
 			stuckDone := make(chan struct{})
@@ -139,7 +140,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 				case <-stuckDone:
 					retryStarted <- false
 				default:
-					hs, _ := sem.Holders(ctx)
+					hs, _ := lc.Inspector().Holders(ctx, sem.Name())
 					holders <- hs
 					retryStarted <- true
 				}
@@ -177,7 +178,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			}
 			<-stuckDone
 			redistest.Eventually(t, 5*time.Second, "every permit back", func() bool {
-				n, _ := sem.Available(ctx)
+				n, _ := available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
 				return n == limit
 			})
 		})

@@ -35,7 +35,7 @@ type ServerConfig struct {
 	// Weight, when set, gives the permits a request takes (default 1).
 	// A weight the semaphore refuses is a misconfiguration: outside
 	// [1, Limit] (refused before anything is sent to Redis), or above a
-	// fleet-wide limit stored with limiter.Semaphore.SetLimit. The
+	// fleet-wide limit stored with limiter.Inspector.SetLimit. The
 	// request is answered 500 Internal Server Error and the limiter's
 	// *ArgumentError is logged.
 	Weight func(r *http.Request) int64

@@ -44,25 +44,27 @@ func sem(t *testing.T, c *limiter.Client, name string, limit int64, opts ...limi
 	return s
 }
 
-func holders(t *testing.T, s *limiter.Semaphore) []limiter.Holder {
+// holders lists the live leases of name as c's Inspector reads them.
+func holders(t *testing.T, c *limiter.Client, name string) []limiter.Holder {
 	t.Helper()
-	hs, err := s.Holders(ctxT(t, 5*time.Second))
+	hs, err := c.Inspector().Holders(ctxT(t, 5*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return hs
 }
 
-// evict removes every lease of s from Redis behind its holder's back, so
-// that its holder's next refresh finds it gone.
-func evict(t *testing.T, s *limiter.Semaphore) {
+// evict removes every lease of name from Redis behind its holder's back,
+// through c, so that its holder's next refresh finds it gone.
+func evict(t *testing.T, c *limiter.Client, name string) {
 	t.Helper()
-	hs := holders(t, s)
+	hs := holders(t, c, name)
 	if len(hs) == 0 {
 		t.Fatal("no lease to evict")
 	}
+	s := sem(t, c, name, 1<<40) // the largest limit: ReleaseTicket refuses a ticket heavier than it
 	for _, h := range hs {
-		tk := limiter.Ticket{Name: s.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token}
+		tk := limiter.Ticket{Name: name, ID: h.ID, Weight: h.Weight, Token: h.Token}
 		if err := s.ReleaseTicket(ctxT(t, 5*time.Second), tk); err != nil {
 			t.Fatal(err)
 		}

@@ -83,7 +83,7 @@ func TestMiddlewareCapHolds(t *testing.T) {
 	if n := c.Total(); n != 24 {
 		t.Fatalf("%d requests served, want 24", n)
 	}
-	if hs := holders(t, sem(t, e.lc, "cap", 3)); len(hs) != 0 {
+	if hs := holders(t, e.lc, "cap"); len(hs) != 0 {
 		t.Fatalf("permits still held after every request was answered: %v", hs)
 	}
 }
@@ -158,14 +158,14 @@ func TestMiddlewarePanicReleasesAndPropagates(t *testing.T) {
 		}
 		panic(boom)
 	}))
-	observer := sem(t, e.other(t), "panic", 1)
+	observer := e.other(t)
 	for range 2 { // the second would be answered 429 if the first kept its permit
 		func() {
 			defer func() {
 				if got := recover(); got != boom {
 					t.Fatalf("recovered %v, want the handler's panic", got)
 				}
-				if hs := holders(t, observer); len(hs) != 0 {
+				if hs := holders(t, observer, "panic"); len(hs) != 0 {
 					t.Fatalf("permit still held after the handler panicked: %v", hs)
 				}
 			}()
@@ -197,7 +197,7 @@ func TestMiddlewareLostLeaseCancelsRequest(t *testing.T) {
 		}
 	}()
 	<-started
-	evict(t, sem(t, e.other(t), "lost", 1))
+	evict(t, e.other(t), "lost")
 	if err := <-cause; !errors.Is(err, limiter.ErrLeaseLost) {
 		t.Fatalf("request context cause %v, want ErrLeaseLost", err)
 	}
@@ -248,8 +248,8 @@ func TestMiddlewareKeyAndWeight(t *testing.T) {
 		held <- resp.StatusCode
 	}()
 	<-inA
-	tenantA := sem(t, e.other(t), "tenant:a", 2)
-	if hs := holders(t, tenantA); len(hs) != 1 || hs[0].Weight != 2 {
+	observer := e.other(t)
+	if hs := holders(t, observer, "tenant:a"); len(hs) != 1 || hs[0].Weight != 2 {
 		t.Fatalf("tenant:a holders %v, want one lease of weight 2", hs)
 	}
 	for _, tc := range []struct {
@@ -276,7 +276,7 @@ func TestMiddlewareKeyAndWeight(t *testing.T) {
 	if s := <-held; s != http.StatusOK {
 		t.Fatalf("/hold: status %d", s)
 	}
-	if hs := holders(t, tenantA); len(hs) != 0 {
+	if hs := holders(t, observer, "tenant:a"); len(hs) != 0 {
 		t.Fatalf("tenant:a still held after its request ended: %v", hs)
 	}
 }
@@ -379,7 +379,7 @@ func TestBadConfig(t *testing.T) {
 // served: 500 at once, not a wait, and the handler does not run.
 func TestMiddlewareWeightAboveFleetLimit(t *testing.T) {
 	e := newEnv(t)
-	if err := sem(t, e.other(t), "fleet", 3).SetLimit(ctxT(t, 5*time.Second), 1); err != nil {
+	if err := e.other(t).Inspector().SetLimit(ctxT(t, 5*time.Second), "fleet", 1); err != nil {
 		t.Fatal(err)
 	}
 	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "fleet", Limit: 3, AcquireTimeout: 10 * time.Second,

@@ -78,7 +78,7 @@ func TestTransportCapHolds(t *testing.T) {
 	if p := c.Peak(); p > 3 || p < 2 {
 		t.Fatalf("peak of %d requests at once at the upstream with a limit of 3 (2 or 3 expected)", p)
 	}
-	if hs := holders(t, sem(t, e.other(t), hostName("out", up), 3)); len(hs) != 0 {
+	if hs := holders(t, e.other(t), hostName("out", up)); len(hs) != 0 {
 		t.Fatalf("permits still held after every body was read: %v", hs)
 	}
 }
@@ -101,14 +101,14 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 		io.WriteString(w, "last\n")
 	})
 	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "stream", Limit: 1, AcquireTimeout: -1}))
-	observer := sem(t, e.other(t), hostName("stream", up), 1)
+	observer, name := e.other(t), hostName("stream", up)
 
 	resp, err := hc.Get(up.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if hs := holders(t, observer); len(hs) != 1 {
+	if hs := holders(t, observer, name); len(hs) != 1 {
 		t.Fatalf("holders after RoundTrip returned: %v, want the streaming response's", hs)
 	}
 	first := make([]byte, len("first\n"))
@@ -130,7 +130,7 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 	if n := redistest.Scripts(e.srv.CommandCalls(t)); n != 1 {
 		t.Fatalf("%d script calls while reading to EOF, want 1 (the release)", n)
 	}
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("holders after the body was read to EOF: %v", hs)
 	}
 	e.srv.ResetStats(t)
@@ -146,11 +146,11 @@ func TestTransportStreamingBodyKeepsPermit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs := holders(t, observer); len(hs) != 1 {
+	if hs := holders(t, observer, name); len(hs) != 1 {
 		t.Fatalf("holders %v, want 1", hs)
 	}
 	resp.Body.Close()
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("holders after Close: %v", hs)
 	}
 }
@@ -180,10 +180,11 @@ func TestTransportCancelledRequestLeavesNoPermit(t *testing.T) {
 		<-r.Context().Done()
 	})
 	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "cancel", Limit: 1, AcquireTimeout: 5 * time.Second}))
-	observer := sem(t, e.other(t), hostName("cancel", up), 1)
+	other, name := e.other(t), hostName("cancel", up)
+	observer := sem(t, other, name, 1)
 	noneHeld := func(when string) {
 		t.Helper()
-		if hs := holders(t, observer); len(hs) != 0 {
+		if hs := holders(t, other, name); len(hs) != 0 {
 			t.Fatalf("%s: permits held: %v", when, hs)
 		}
 	}
@@ -266,7 +267,7 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 	})
 	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "lost", Limit: 1},
 		httplimit.LimiterOptions(limiter.TTL(600*time.Millisecond))))
-	observer := sem(t, e.other(t), hostName("lost", up), 1)
+	observer, name := e.other(t), hostName("lost", up)
 	waitUpstream := func() {
 		t.Helper()
 		select {
@@ -286,7 +287,7 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, chunk); err != nil {
 		t.Fatal(err)
 	}
-	evict(t, observer)
+	evict(t, observer, name)
 	done := make(chan error, 1)
 	go func() {
 		_, err := io.ReadAll(resp.Body) // blocks until the loss cuts it off
@@ -314,12 +315,12 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 	if _, err := io.ReadFull(resp2.Body, chunk[:2]); err != nil {
 		t.Fatal(err)
 	}
-	evict(t, observer)
+	evict(t, observer, name)
 	waitUpstream() // the loss was noticed and the request cut off
 	if n, err := resp2.Body.Read(chunk); !errors.Is(err, limiter.ErrLeaseLost) {
 		t.Fatalf("Read after the loss: %q, %v; want ErrLeaseLost", chunk[:n], err)
 	}
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("holders after both leases were lost: %v", hs)
 	}
 
@@ -335,7 +336,7 @@ func TestTransportLostLeaseFailsBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp3.Body.Close()
-	evict(t, sem(t, e.other(t), "lost:own", 1))
+	evict(t, observer, "lost:own")
 	if _, err := resp3.Body.Read(chunk); !errors.Is(err, limiter.ErrLeaseLost) {
 		t.Fatalf("Read cut off by the loss: %v, want ErrLeaseLost", err)
 	}
@@ -385,7 +386,7 @@ func TestTransportReleasesOnErrorAndEmptyBody(t *testing.T) {
 			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("x")), Request: r}, nil
 		}),
 	})
-	observer := sem(t, e.other(t), "misc:k", 1)
+	observer, name := e.other(t), "misc:k"
 	req := func(path string, header ...string) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "http://upstream.test"+path, nil)
 		r = r.WithContext(ctxT(t, 5*time.Second))
@@ -397,13 +398,13 @@ func TestTransportReleasesOnErrorAndEmptyBody(t *testing.T) {
 	if _, err := rt.RoundTrip(req("/fail")); err != refused {
 		t.Fatalf("the base transport's error: %v, want it unchanged", err)
 	}
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("permits held after the base transport failed: %v", hs)
 	}
 	if _, err := rt.RoundTrip(req("/empty")); err != nil {
 		t.Fatal(err)
 	}
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("permits held after a response without a body: %v", hs)
 	}
 
@@ -494,12 +495,12 @@ func TestTransportUpgradedConnection(t *testing.T) {
 	if _, err := io.ReadFull(rw, echo); err != nil || string(echo) != "hi" {
 		t.Fatalf("echo %q, %v", echo, err)
 	}
-	observer := sem(t, e.other(t), hostName("upgrade", up), 1)
-	if hs := holders(t, observer); len(hs) != 1 {
+	observer, name := e.other(t), hostName("upgrade", up)
+	if hs := holders(t, observer, name); len(hs) != 1 {
 		t.Fatalf("holders while the upgraded connection is open: %v", hs)
 	}
 	rw.Close()
-	if hs := holders(t, observer); len(hs) != 0 {
+	if hs := holders(t, observer, name); len(hs) != 0 {
 		t.Fatalf("holders after it was closed: %v", hs)
 	}
 }

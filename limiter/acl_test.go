@@ -28,10 +28,10 @@ import (
 //   - evalsha, eval: every other operation is a script, sent by EVALSHA,
 //     with EVAL when the server's script cache lacks it (new, restarted,
 //     failed over).
-//   - hget: EffectiveLimit (and Available) read the fleet limit directly.
+//   - hget: Inspector.Limit reads the fleet limit directly.
 //   - info: the eviction check (INFO memory) before a Client's first
 //     acquisition; refused, it is silently skipped.
-//   - scan: Client.Names.
+//   - scan: Inspector.Names.
 //   - subscribe: the wake-up channel of a Client that waits.
 //   - ping: the keep-alive of that subscription after 15s of silence.
 //   - the rest run inside the scripts, where ACLs apply as well:
@@ -46,7 +46,7 @@ const aclSetUser = "ACL SETUSER redsem on >password ~redsem:* resetchannels &red
 	" +pexpireat +persist +publish"
 
 // pubsubKeepAlive is how long the wake-up connection stays silent before
-// the Client pings it (receive in single.go); only a wait longer than
+// the Client pings it (receive in internal/redisstore/pubsub.go); only a wait longer than
 // that sends PING.
 const pubsubKeepAlive = 15 * time.Second
 
@@ -117,7 +117,8 @@ func TestACL(t *testing.T) {
 	if _, err := semA.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("TryAcquire on a full semaphore: want ErrBusy, got %v", err)
 	}
-	hs, err := semA.Holders(ctx)
+	ins := a.Inspector()
+	hs, err := ins.Holders(ctx, "acl")
 	if err != nil {
 		t.Fatal("Holders:", err)
 	}
@@ -125,11 +126,11 @@ func TestACL(t *testing.T) {
 		t.Fatalf("Holders: %+v, want only %s", hs, l1.ID())
 	}
 
-	if err := semA.SetLimit(ctx, 2); err != nil {
+	if err := ins.SetLimit(ctx, "acl", 2); err != nil {
 		t.Fatal("SetLimit:", err)
 	}
-	if n, fleet, err := semA.EffectiveLimit(ctx); err != nil || n != 2 || !fleet {
-		t.Fatalf("EffectiveLimit after SetLimit(2) = %d, %v, %v", n, fleet, err)
+	if n, err := ins.Limit(ctx, "acl"); err != nil || n != 2 {
+		t.Fatalf("Limit after SetLimit(2) = %d, %v", n, err)
 	}
 	handed, err := semA.Acquire(ctx)
 	if err != nil {
@@ -146,13 +147,13 @@ func TestACL(t *testing.T) {
 	if err := resumed.Release(ctx); err != nil {
 		t.Fatal("Release of the resumed lease:", err)
 	}
-	if err := semA.SetLimit(ctx, 0); err != nil {
+	if err := ins.SetLimit(ctx, "acl", 0); err != nil {
 		t.Fatal("SetLimit(0):", err)
 	}
-	if n, fleet, err := semA.EffectiveLimit(ctx); err != nil || n != 1 || fleet {
-		t.Fatalf("EffectiveLimit after SetLimit(0) = %d, %v, %v", n, fleet, err)
+	if n, err := ins.Limit(ctx, "acl"); err != nil || n != 0 {
+		t.Fatalf("Limit after SetLimit(0) = %d, %v", n, err)
 	}
-	names, err := a.Names(ctx, "")
+	names, err := ins.Names(ctx, "")
 	if err != nil {
 		t.Fatal("Names:", err)
 	}
@@ -175,7 +176,7 @@ func TestACL(t *testing.T) {
 			t.Fatalf("the waiter returned before any release: %v", w.err)
 		default:
 		}
-		ws, err := semA.Waiters(ctx)
+		ws, err := ins.Waiters(ctx, "acl")
 		if err != nil {
 			t.Error("Waiters:", err)
 			return true
@@ -399,14 +400,18 @@ func (h *aclLogs) all() []string {
 	return slices.Clone(h.recs)
 }
 
-// An ACL that refuses a call's keys (another Prefix than its pattern)
-// fails that call, and only it: the Client keeps calling functions for
-// the keys it may use.
+// An ACL that refuses a call's keys (here the user may use one name's
+// keys only) fails that call, and only it: the Client keeps calling
+// functions for the keys it may use.
 func TestACLKeyRefusalKeepsFunctions(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	admin := srv.Client(t)
-	if err := admin.Do(ctx, aclArgs(aclSetUser)...).Err(); err != nil {
+	oneName := strings.Replace(aclSetUser, " ~redsem:* ", " ~redsem:{keys-allowed}:* ", 1)
+	if oneName == aclSetUser {
+		t.Fatal("aclSetUser has no ~redsem:* to narrow")
+	}
+	if err := admin.Do(ctx, aclArgs(oneName)...).Err(); err != nil {
 		t.Fatal(err)
 	}
 	rdb := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "redsem", "password" })
@@ -418,7 +423,7 @@ func TestACLKeyRefusalKeepsFunctions(t *testing.T) {
 	if l, err := allowed.TryAcquire(ctx); err != nil || l.Release(ctx) != nil { // loads the library
 		t.Fatal(err)
 	}
-	refused, err := c.Mutex("keys-refused", limiter.Prefix("elsewhere:"))
+	refused, err := c.Mutex("keys-refused")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,13 +145,15 @@ func TestCloseEndsEverything(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("TryAcquire after Close: %v", err)
 	}
+	if _, err := c.Inspector().Holders(ctx, "close"); !errors.Is(err, limiter.ErrClosed) {
+		t.Fatalf("Inspector.Holders after Close: %v", err)
+	}
 	if err := rdb.Close(); err != nil {
 		t.Fatal(err)
 	}
 	oc := clientFor(t, observer)
 	for _, n := range []string{"close", "close-other"} {
-		s, _ := oc.Semaphore(n, 2)
-		if hs, err := s.Holders(ctx); err != nil || len(hs) != 0 {
+		if hs, err := oc.Inspector().Holders(ctx, n); err != nil || len(hs) != 0 {
 			t.Fatalf("%s after Close: holders %v, %v", n, hs, err)
 		}
 	}
@@ -200,8 +202,8 @@ func TestGrantAfterCloseIsGivenBack(t *testing.T) {
 	if !errors.Is(r.err, limiter.ErrClosed) {
 		t.Fatalf("acquire granted after Close: lease %v, err %v; want ErrClosed", r.l, r.err)
 	}
-	other, _ := newMutex(t, rdb, "after-close")
-	if n, err := other.Available(ctx); err != nil || n != 1 {
+	other, _ := newSemaphore(t, rdb, "after-close", 1)
+	if n, err := limiter.Available(ctx, other); err != nil || n != 1 {
 		t.Fatalf("after the late grant: %d free (%v), want 1", n, err)
 	}
 }

@@ -82,34 +82,34 @@ func TestReleaseGrantsTheLeaseDirectly(t *testing.T) {
 func TestDirectGrantLostOrLeft(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 30*time.Second)
-	mu, _ := newMutex(t, srv.Client(t), "lost-grant", limiter.TTL(10*time.Second))
+	sem, _ := newSemaphore(t, srv.Client(t), "lost-grant", 1, limiter.TTL(10*time.Second))
 	for _, leaves := range []bool{false, true} {
-		l, err := mu.TryAcquire(ctx)
+		l, err := sem.TryAcquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ghost := fmt.Sprintf("ghost-%v", leaves)
-		if granted, err := limiter.QueueForHandoff(ctx, mu.Semaphore, ghost); err != nil || granted {
+		if granted, err := limiter.QueueForHandoff(ctx, sem, ghost); err != nil || granted {
 			t.Fatalf("queueing %s: granted %v, %v", ghost, granted, err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		hs, _ := mu.Holders(ctx)
+		hs, _ := limiter.Holders(ctx, sem)
 		if len(hs) != 1 || hs[0].ID != ghost {
 			t.Fatalf("after the release: holders %+v, want %s (granted directly)", hs, ghost)
 		}
 		if !leaves {
-			if granted, err := limiter.AcquireOnce(ctx, mu.Semaphore, ghost, ghost, false); err != nil || !granted {
+			if granted, err := limiter.AcquireOnce(ctx, sem, ghost, ghost, false); err != nil || !granted {
 				t.Fatalf("the waiter asking again after a lost wake-up: granted %v, %v", granted, err)
 			}
-			_ = mu.ReleaseTicket(ctx, limiter.Ticket{Name: "lost-grant", ID: ghost, Weight: 1, Token: hs[0].Token})
+			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: "lost-grant", ID: ghost, Weight: 1, Token: hs[0].Token})
 			continue
 		}
-		if err := limiter.Leave(ctx, mu.Semaphore, ghost); err != nil {
+		if err := limiter.Leave(ctx, sem, ghost); err != nil {
 			t.Fatal(err)
 		}
-		if hs, _ := mu.Holders(ctx); len(hs) != 0 {
+		if hs, _ := limiter.Holders(ctx, sem); len(hs) != 0 {
 			t.Fatalf("after the waiter left: holders %+v, want none", hs)
 		}
 	}
@@ -147,7 +147,7 @@ func TestDirectGrantAfterClearingTheFleetLimit(t *testing.T) {
 		})
 	}
 	// An operator clears the fleet limit (none was even set).
-	if err := mu.SetLimit(ctx, 0); err != nil {
+	if err := clientFor(t, rdb).Inspector().SetLimit(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the woken waiters try and queue again
@@ -155,7 +155,7 @@ func TestDirectGrantAfterClearingTheFleetLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	hs, _ := mu.Holders(ctx)
+	hs, _ := limiter.Holders(ctx, mu)
 	var mine []*limiter.Lease
 	for len(mine) < n {
 		select {
@@ -217,7 +217,7 @@ func TestStaleDirectGrantAfterAPause(t *testing.T) {
 			if err := tr.held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if hs, _ := tr.mu.Holders(ctx); len(hs) != 1 {
+			if hs, _ := limiter.Holders(ctx, tr.mu); len(hs) != 1 {
 				t.Fatalf("round %d: not granted directly: %+v", round, hs)
 			}
 		}
@@ -332,7 +332,7 @@ func TestDirectGrantKeepsTheWaitersLimit(t *testing.T) {
 	}
 	select {
 	case l := <-got:
-		hs, _ := wide.Holders(ctx)
+		hs, _ := limiter.Holders(ctx, wide)
 		t.Errorf("the limit-1 Semaphore was granted while %d permits are held (%d holders in all)", len(hs)-1, len(hs))
 		_ = l.Release(ctx)
 	case <-time.After(1500 * time.Millisecond):

@@ -8,7 +8,29 @@
 // Client.Semaphore, lets at most L permits be held at once by every process
 // that uses the same Redis and name; a Mutex is a Semaphore of one permit.
 // Each acquisition is a Lease: an id, a weight (permits), a fencing token
-// and an expiry on the Redis server's clock.
+// and an expiry on the Redis server's clock. An Inspector (Client.Inspector)
+// reads the names, holders and queues in Redis and sets fleet-wide limits.
+//
+// # Words
+//
+// One word names one idea here, in the code and in the docs:
+//
+//   - lease: one holding of permits, by one holder, under one fencing
+//     token; it lives in Redis until its TTL unless kept alive.
+//   - waiter: a request queued for its turn (the queue is in Redis).
+//   - keep-alive: the Client's batched refresh of its leases and of its
+//     waiters' queue entries (RefreshInterval; a queue entry lives 3s).
+//   - wake-up: a message a release (or a waiter leaving) publishes to the
+//     Client of a waiter that now fits.
+//   - direct grant: a release granting the next waiters their leases in
+//     the same script, and telling each its token in the wake-up.
+//   - handover: a lease taken over by another process, Lease.Ticket then
+//     Semaphore.Resume, under a new fencing token.
+//   - detach: a holder letting go of a lease here while it lives on in
+//     Redis for a handover: Lease.StopRefresh, Lease.Park.
+//   - loss: a lease ending while its holder counted on it (ErrLeaseLost).
+//   - restart quarantine: a server younger than RestartQuarantine grants
+//     nothing on a name it has no state for.
 //
 // # Guarantees
 //
@@ -33,12 +55,23 @@
 //     permits: its local deadline ends before Redis' expiry, even while
 //     Redis is unreachable.
 //
+// # Layout
+//
+// This package holds the API and the client runtime: Client (client.go,
+// redlock.go), Semaphore and Mutex, the wait (wait.go), Lease (lease.go,
+// do.go), the handover and detaching (handover.go, detach.go), the
+// keep-alive (keepalive.go), wake-ups (wake.go), per-id state (ids.go) and
+// the Inspector. Where leases live is behind one interface,
+// internal/store.Store: internal/redisstore keeps them in one Redis
+// deployment and holds every command and Lua script; internal/quorum
+// keeps them on N independent nodes, each a redisstore.Store.
+//
 // # Cost
 //
 // An uncontended Acquire or TryAcquire is one round trip, Release one more.
 // Waiting sends nothing but the Client's keep-alive of its queue entries,
 // one script call per waited-on name and second. A release grants the
-// waiters that now fit their leases in the same script (the handoff) and
+// waiters that now fit their leases in the same script (a direct grant) and
 // tells each its token, by publishing on its Client's channel or directly
 // when it is the releaser's own: the next holder sends nothing, and
 // nobody is told anything when nobody waits. A handed lease first lives

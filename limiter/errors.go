@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/quorum"
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 var (
@@ -103,9 +106,9 @@ type BusyError struct {
 	timedOut  bool
 }
 
-func (s *Semaphore) busy(r acquireRequest, rep acquireReply, attempts int, waited time.Duration, timedOut bool) *BusyError {
-	return &BusyError{Name: s.name, Weight: r.weight, InUse: rep.inUse, RetryIn: rep.retryIn, Attempts: attempts,
-		Waited: waited, Restarted: rep.restarted, timedOut: timedOut}
+func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, attempts int, waited time.Duration, timedOut bool) *BusyError {
+	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: rep.RetryIn, Attempts: attempts,
+		Waited: waited, Restarted: rep.Restarted, timedOut: timedOut}
 }
 
 // Error says how full the semaphore was and when to try again.
@@ -131,7 +134,44 @@ func (e *BusyError) Is(target error) bool {
 	return target == ErrBusy || (e.timedOut && target == ErrTimeout)
 }
 
-// redisError wraps a failure talking to Redis with what was being done.
+// redisError wraps a failure talking to Redis with what was being done:
+// the one place a store's error reaches the caller, so a quorum's failure
+// becomes the *QuorumError it is shown as.
 func redisError(op, name string, err error) error {
+	var qe *quorum.Error
+	if errors.As(err, &qe) {
+		err = (*QuorumError)(qe)
+	}
 	return fmt.Errorf("limiter: %s %q: %w", op, name, err)
+}
+
+// QuorumError reports an operation on a Redlock semaphore that did not
+// reach a quorum of nodes: which nodes said the semaphore was full, and
+// which failed (their errors are wrapped: errors.Is and errors.As see
+// them). It matches ErrBusy when any node was full.
+type QuorumError struct {
+	Op     string
+	Quorum int
+	Nodes  int
+	OK     int              // nodes that granted or answered
+	Busy   []string         // nodes that were full
+	Failed map[string]error // nodes that failed, by address
+}
+
+// Error names the nodes that were full and those that failed, with why.
+func (e *QuorumError) Error() string { return (*quorum.Error)(e).Error() }
+
+// Unwrap returns the failed nodes' errors, ordered by address.
+func (e *QuorumError) Unwrap() []error { return (*quorum.Error)(e).Unwrap() }
+
+// Is matches ErrBusy when any node was full.
+func (e *QuorumError) Is(target error) bool { return target == ErrBusy && len(e.Busy) > 0 }
+
+// confirm returns nil when w asks nothing or acked replicas (WAIT's
+// answer; waitErr its failure) are enough, else the *ReplicationError.
+func confirm(w store.ReplicaWait, op, name string, acked int, waitErr error) error {
+	if !w.On() || (waitErr == nil && acked >= w.N) {
+		return nil
+	}
+	return &ReplicationError{Name: name, Op: op, Want: w.N, Acked: acked, Timeout: w.Timeout, Err: waitErr}
 }

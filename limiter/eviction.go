@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // ErrEvictingRedis is returned, with FailOnEviction, by acquisitions on a
@@ -39,7 +38,7 @@ type evictionCheck struct {
 	// checked: the nodes that answered and do not evict; a check after a
 	// failure asks only the others (a Redlock node down costs the healthy
 	// ones nothing).
-	checked nodeSet
+	checked store.NodeSet
 	// next: after a check that could not reach every node, when to try
 	// again (not on every acquisition while a node is down).
 	next time.Time
@@ -67,7 +66,7 @@ func (c *Client) checkEviction(ctx context.Context) error {
 	if e.done.Load() || time.Now().Before(e.next) {
 		return e.err
 	}
-	found, err := c.st.evicting(ctx, &e.checked)
+	found, err := c.st.Evicting(ctx, &e.checked)
 	var refused redis.Error
 	switch {
 	case found != "":
@@ -102,93 +101,4 @@ func isUnreachable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, redis.ErrClosed)
-}
-
-// nodeSet is a set of node addresses, safe for the concurrent calls of a
-// quorum.
-type nodeSet struct {
-	mu sync.Mutex
-	m  map[string]bool
-}
-
-func (s *nodeSet) has(node string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[node]
-}
-
-func (s *nodeSet) add(node string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]bool{}
-	}
-	s.m[node] = true
-}
-
-// evicting returns a description of the nodes that may evict keys ("" for
-// none), asking only the nodes not in checked, and adds to checked those
-// that answered without.
-func (s *redisStore) evicting(ctx context.Context, checked *nodeSet) (string, error) {
-	var mu sync.Mutex
-	var found []string
-	err := s.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-		node := nodeAddr(c)
-		if checked.has(node) {
-			return nil
-		}
-		info, err := c.Info(ctx, "memory").Result()
-		if err != nil {
-			return err
-		}
-		if what := evictionIn(info); what != "" {
-			mu.Lock()
-			found = append(found, what)
-			mu.Unlock()
-		} else {
-			checked.add(node)
-		}
-		return nil
-	})
-	return strings.Join(found, "; "), err
-}
-
-// evictionIn reads INFO memory: keys can be evicted only with a maxmemory
-// set and a policy other than noeviction.
-func evictionIn(info string) string {
-	var maxmemory int64
-	policy := ""
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "maxmemory":
-			maxmemory, _ = strconv.ParseInt(v, 10, 64)
-		case "maxmemory_policy":
-			policy = v
-		}
-	}
-	if maxmemory == 0 || policy == "" || policy == "noeviction" {
-		return ""
-	}
-	return fmt.Sprintf("maxmemory %d, maxmemory-policy %s", maxmemory, policy)
-}
-
-// evicting checks every node at once, each bounded by NodeTimeout like
-// any quorum call: a paused node must not hold up the first acquisition.
-func (q *quorumStore) evicting(ctx context.Context, checked *nodeSet) (string, error) {
-	var found []string
-	var errs []error
-	gather(ctx, q, nil, func(ctx context.Context, _ int, n *redisStore) (string, error) {
-		return n.evicting(ctx, checked)
-	}, func(a nodeAnswer[string]) bool {
-		errs = append(errs, a.err)
-		if a.v != "" {
-			found = append(found, a.v)
-		}
-		return false
-	}, nil)
-	return strings.Join(found, "; "), errors.Join(errs...)
 }

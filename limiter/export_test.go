@@ -3,6 +3,9 @@ package limiter
 import (
 	"context"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/quorum"
+	"github.com/redsem/redsem/limiter/internal/redisstore"
 )
 
 // AcquireOnce runs the acquire script once for id, queueing as wait (""
@@ -13,18 +16,18 @@ func AcquireOnce(ctx context.Context, s *Semaphore, id, wait string, reclaim boo
 	if err != nil {
 		return false, err
 	}
-	r.wait = wait
+	r.Wait = wait
 	if reclaim {
-		r.reclaimAbove = "0"
+		r.ReclaimAbove = "0"
 	}
-	rep, err := s.c.st.acquire(ctx, s.keys, r)
-	return rep.granted, err
+	rep, err := s.c.st.Acquire(ctx, s.keys, r)
+	return rep.Granted, err
 }
 
 // ShiftQuorumClock makes a Redlock Client propose tokens from a clock
 // off by d, as a client on a machine with a wrong clock would.
 func ShiftQuorumClock(c *Client, d time.Duration) {
-	c.st.(*quorumStore).now = func() time.Time { return time.Now().Add(d) }
+	c.st.(*quorum.Store).ShiftClock(d)
 }
 
 // QueueForHandoff queues id on s as Acquire does for a waiter a release
@@ -35,51 +38,69 @@ func QueueForHandoff(ctx context.Context, s *Semaphore, id string) (granted bool
 	if err != nil {
 		return false, err
 	}
-	r.wait, r.handoff = id, true
-	rep, err := s.c.st.acquire(ctx, s.keys, r)
-	return rep.granted, err
+	r.Wait, r.DirectGrant = id, true
+	rep, err := s.c.st.Acquire(ctx, s.keys, r)
+	return rep.Granted, err
 }
 
 // Leave runs what a waiter that gives up runs.
 func Leave(ctx context.Context, s *Semaphore, wait string) error {
-	_, err := s.c.st.leave(ctx, s.keys, wait, s.c.channel)
+	_, err := s.c.st.Leave(ctx, s.keys, wait, s.c.channel)
 	return err
 }
 
-// ScriptCall returns the ARGV of a go-redis command when it runs the
-// named script ("acquire", "release" or "settoken") by FCALL, EVALSHA or EVAL: test hooks
-// recognise calls by the script, not by how many arguments it has today.
-func ScriptCall(name string, args []any) (argv []any, ok bool) {
-	sc, known := map[string]luaScript{"acquire": acquireScript, "release": releaseScript, "settoken": setTokenScript}[name]
-	if !known || len(args) < 3 {
-		return nil, false
-	}
-	switch args[0] {
-	case "fcall":
-		ok = args[1] == sc.fn
-	case "evalsha":
-		ok = args[1] == sc.Hash()
-	case "eval":
-		ok = args[1] == commonLua+map[string]string{"acquire": acquireLua, "release": releaseLua, "settoken": setTokenLua}[name]
-	}
-	keys, _ := args[2].(int)
-	if !ok || len(args) < 3+keys {
-		return nil, false
-	}
-	return args[3+keys:], true
+// ScriptCall: see redisstore.ScriptCall.
+func ScriptCall(name string, args []any) ([]any, bool) { return redisstore.ScriptCall(name, args) }
+
+// OtherVersionLibrary: see redisstore.OtherVersionLibrary.
+func OtherVersionLibrary() string { return redisstore.OtherVersionLibrary() }
+
+// Holders, Waiters, Available and FleetLimit read a Semaphore or Mutex
+// through its Client's Inspector: the tests' shorthand.
+func Holders(ctx context.Context, s interface{ Name() string }) ([]Holder, error) {
+	return inspectorOf(s).Holders(ctx, s.Name())
 }
 
-// OtherVersionLibrary is the function library a version whose release
-// script differs from this one's would load.
-func OtherVersionLibrary() string {
-	var fns []libraryFunction
-	for _, f := range libraryFunctions {
-		sc := *f.sc
-		if f.name == "release" {
-			sc.body += "\n-- another version\n"
-		}
-		f.sc = &sc
-		fns = append(fns, f)
+func Waiters(ctx context.Context, s interface{ Name() string }) ([]Waiter, error) {
+	return inspectorOf(s).Waiters(ctx, s.Name())
+}
+
+// Available is how many permits are free under the effective limit.
+func Available(ctx context.Context, s *Semaphore) (int64, error) {
+	limit, _, err := EffectiveLimit(ctx, s)
+	if err != nil {
+		return 0, err
 	}
-	return newLibrary(fns...)
+	hs, err := Holders(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range hs {
+		limit -= h.Weight
+	}
+	return max(limit, 0), nil
+}
+
+// EffectiveLimit is the fleet-wide limit (fleet true), or s's own.
+func EffectiveLimit(ctx context.Context, s *Semaphore) (int64, bool, error) {
+	n, err := s.c.Inspector().Limit(ctx, s.name)
+	if n > 0 || err != nil {
+		return n, n > 0, err
+	}
+	return s.limit, false, nil
+}
+
+// SetLimit stores s's fleet-wide limit.
+func SetLimit(ctx context.Context, s *Semaphore, n int64) error {
+	return s.c.Inspector().SetLimit(ctx, s.name, n)
+}
+
+func inspectorOf(s interface{ Name() string }) *Inspector {
+	switch s := s.(type) {
+	case *Semaphore:
+		return s.c.Inspector()
+	case *Mutex:
+		return s.s.c.Inspector()
+	}
+	panic("not a Semaphore or Mutex")
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // These fuzz targets live inside the package because the key layout
@@ -126,7 +128,8 @@ func checkTicketRoundTrip(t *testing.T, tk Ticket) {
 }
 
 // FuzzKeyspace checks the keys of a semaphore made through
-// Client.Semaphore with any name and Prefix: an empty name or a prefix
+// Client.Semaphore with any name, of a Client with any Prefix: an empty
+// name or a prefix
 // with a brace is an *ArgumentError; otherwise every key starts with the
 // prefix, the three keys are distinct and share one non-empty Cluster
 // hash tag, nameOfStateKey gives the name back from the state key (and
@@ -155,21 +158,31 @@ func FuzzKeyspace(f *testing.F) {
 	} {
 		f.Add(seed[0], seed[1], seed[2])
 	}
-	c, _, sent := fuzzClient(f)
+	_, rdb, sent := fuzzClient(f)
+	// sem makes the semaphore name of a Client with prefix: the prefix is
+	// a Client option. Neither sends anything.
+	sem := func(prefix, name string) (*Semaphore, error) {
+		c, err := New(rdb, Prefix(prefix))
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close(context.Background())
+		return c.Semaphore(name, 1)
+	}
 	f.Fuzz(func(t *testing.T, prefix, name, other string) {
 		defer wantNothingSent(t, sent)
-		s, err := c.Semaphore(name, 1, Prefix(prefix))
+		s, err := sem(prefix, name)
 		switch {
-		case name == "":
-			wantArgError(t, err, "name")
-			return
 		case strings.ContainsAny(prefix, "{}"):
 			wantArgError(t, err, "Prefix")
+			return
+		case name == "":
+			wantArgError(t, err, "name")
 			return
 		case err != nil:
 			t.Fatalf("Semaphore(%q) with Prefix(%q): %v", name, prefix, err)
 		}
-		keys := s.keys.keys
+		keys := s.keys.Keys
 		if len(keys) != 3 || keys[0] == keys[1] || keys[1] == keys[2] || keys[0] == keys[2] {
 			t.Fatalf("keys %q: want three distinct ones", keys)
 		}
@@ -185,22 +198,22 @@ func FuzzKeyspace(f *testing.F) {
 				t.Fatalf("keys %q: hash tags %q and %q differ", keys, tag, got)
 			}
 		}
-		if got, ok := nameOfStateKey(keys[1]); !ok || got != name {
-			t.Fatalf("nameOfStateKey(%q) = %q, %v; want %q", keys[1], got, ok, name)
+		if got, ok := store.NameOfStateKey(keys[1]); !ok || got != name {
+			t.Fatalf("store.NameOfStateKey(%q) = %q, %v; want %q", keys[1], got, ok, name)
 		}
 		for _, k := range []string{keys[0], keys[2]} {
-			if got, ok := nameOfStateKey(k); ok {
-				t.Fatalf("nameOfStateKey(%q) took a non-state key for the state of %q", k, got)
+			if got, ok := store.NameOfStateKey(k); ok {
+				t.Fatalf("store.NameOfStateKey(%q) took a non-state key for the state of %q", k, got)
 			}
 		}
 		if other != name {
-			if o, err := c.Semaphore(other, 1, Prefix(prefix)); err == nil {
-				wantNoSharedKey(t, keys, o.keys.keys)
+			if o, err := sem(prefix, other); err == nil {
+				wantNoSharedKey(t, keys, o.keys.Keys)
 			}
 		}
 		if other != prefix {
-			if o, err := c.Semaphore(name, 1, Prefix(other)); err == nil {
-				wantNoSharedKey(t, keys, o.keys.keys)
+			if o, err := sem(other, name); err == nil {
+				wantNoSharedKey(t, keys, o.keys.Keys)
 			}
 		}
 	})
@@ -251,20 +264,20 @@ func FuzzStatePattern(f *testing.F) {
 		if name == "" || strings.ContainsAny(prefix, "{}") {
 			return // FuzzKeyspace proves these are rejected
 		}
-		own := newKeyspace(prefix, name, 1).keys
-		pattern := statePattern(prefix)
-		if !globMatch(pattern, own[1]) {
+		own := store.NewKeyspace(prefix, name, 1).Keys
+		pattern := store.StatePattern(prefix)
+		if !store.GlobMatch(pattern, own[1]) {
 			t.Fatalf("pattern %q misses the state key %q of %q under prefix %q", pattern, own[1], name, prefix)
 		}
 		for _, k := range []string{own[0], own[2]} {
-			if globMatch(pattern, k) {
+			if store.GlobMatch(pattern, k) {
 				t.Fatalf("pattern %q matches %q, which is no state key", pattern, k)
 			}
 		}
 		var others []string
 		if otherPrefix != prefix && !strings.ContainsAny(otherPrefix, "{}") {
-			k := newKeyspace(otherPrefix, name, 1).keys[1]
-			if globMatch(pattern, k) {
+			k := store.NewKeyspace(otherPrefix, name, 1).Keys[1]
+			if store.GlobMatch(pattern, k) {
 				t.Fatalf("pattern %q of prefix %q matches %q of prefix %q", pattern, prefix, k, otherPrefix)
 			}
 			others = append(others, k)
@@ -273,21 +286,21 @@ func FuzzStatePattern(f *testing.F) {
 		// What SCAN brings back: the own keys, another prefix's, and keys
 		// that are not redsem's but may look like them.
 		scanned := append(slices.Clone(own), others...)
-		scanned = append(scanned, prefix+"{"+name+stateSuffix, prefix+"{"+otherPrefix+stateSuffix,
+		scanned = append(scanned, prefix+"{"+name+"}:state", prefix+"{"+otherPrefix+"}:state",
 			prefix+otherPrefix, otherPrefix)
 		var found []string
 		for _, k := range scanned {
-			if !globMatch(pattern, k) {
+			if !store.GlobMatch(pattern, k) {
 				continue
 			}
-			n, ok := nameOfStateKey(k)
+			n, ok := store.NameOfStateKey(k)
 			if !ok {
 				if k == own[1] {
-					t.Fatalf("nameOfStateKey(%q) does not take the state key of %q", k, name)
+					t.Fatalf("store.NameOfStateKey(%q) does not take the state key of %q", k, name)
 				}
 				continue
 			}
-			if want := newKeyspace(prefix, n, 1).keys[1]; k != want {
+			if want := store.NewKeyspace(prefix, n, 1).Keys[1]; k != want {
 				t.Fatalf("key %q, matched by %q, taken for %q, whose state key is %q", k, pattern, n, want)
 			}
 			if !slices.Contains(found, n) {
@@ -303,11 +316,11 @@ func FuzzStatePattern(f *testing.F) {
 			glob = "*"
 		}
 		listed := matchingNames(slices.Clone(found), match)
-		if want := globMatch(glob, name); slices.Contains(listed, name) != want {
+		if want := store.GlobMatch(glob, name); slices.Contains(listed, name) != want {
 			t.Fatalf("glob %q matches name %q: %v, but Names(%q) gives %q of %q", glob, name, want, match, listed, found)
 		}
 		for _, n := range listed {
-			if !globMatch(glob, n) {
+			if !store.GlobMatch(glob, n) {
 				t.Fatalf("Names(%q) lists %q, which the glob does not match", match, n)
 			}
 		}
@@ -403,6 +416,9 @@ func FuzzOptions(f *testing.F) {
 			}
 		}
 		broken := brokenBounds(want)
+		if mask&(1<<4) != 0 && mask&(1<<14) == 0 && want.prefix != DefaultPrefix && !slices.Contains(broken, "Prefix") {
+			broken = append(broken, "Prefix") // a Client option, given to a Semaphore
+		}
 
 		cl := c
 		if len(clientOpts) > 0 {
@@ -423,7 +439,7 @@ func FuzzOptions(f *testing.F) {
 			limit = 1
 			var m *Mutex
 			if m, err = cl.Mutex(name, semOpts...); err == nil {
-				s = m.Semaphore
+				s = m.s
 			}
 		} else {
 			s, err = cl.Semaphore(name, limit, semOpts...)
@@ -506,12 +522,12 @@ func checkRequest(t *testing.T, s *Semaphore, mask uint32, id string, weight int
 	switch {
 	case err != nil:
 		t.Fatalf("request with weight %d, id %q: %v", wantWeight, id, err)
-	case r.weight != wantWeight || r.ttl != s.cfg.ttl || r.limit != s.limit:
+	case r.Weight != wantWeight || r.TTL != s.cfg.ttl || r.Limit != s.limit:
 		t.Fatalf("request %+v: want weight %d, TTL %v, limit %d", r, wantWeight, s.cfg.ttl, s.limit)
-	case mask&optIDGiven != 0 && (r.id != id || !r.idGiven):
-		t.Fatalf("request id %q (given %v), want %q", r.id, r.idGiven, id)
-	case mask&optIDGiven == 0 && (r.id == "" || r.idGiven):
-		t.Fatalf("request id %q (given %v), want one made up", r.id, r.idGiven)
+	case mask&optIDGiven != 0 && (r.ID != id || !r.IDGiven):
+		t.Fatalf("request id %q (given %v), want %q", r.ID, r.IDGiven, id)
+	case mask&optIDGiven == 0 && (r.ID == "" || r.IDGiven):
+		t.Fatalf("request id %q (given %v), want one made up", r.ID, r.IDGiven)
 	}
 }
 

@@ -72,7 +72,7 @@ func testHandover(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-l2.Done() // refresh is off: it ends at its TTL
+	<-l2.Context().Done() // refresh is off: it ends at its TTL
 	if !errors.Is(l2.Err(), limiter.ErrLeaseLost) {
 		t.Fatalf("expired lease Err: %v", l2.Err())
 	}
@@ -106,7 +106,7 @@ func testResumeAppliesTheAdoptersTTL(t *testing.T, b backend) {
 	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
 	ttl := func() time.Duration {
 		t.Helper()
-		hs, err := long.Holders(ctx)
+		hs, err := limiter.Holders(ctx, long)
 		if err != nil || len(hs) != 1 {
 			t.Fatalf("holders %+v, %v; want the one lease", hs, err)
 		}

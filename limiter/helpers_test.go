@@ -148,9 +148,9 @@ func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limi
 	return clientFor(t, rdb).Mutex(name, opts...)
 }
 
-// newRedlockSemaphore makes a Redlock Client per call (NodeTimeout is the
-// Client's), closed when the test ends.
-func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
+// newRedlockClient makes a Redlock Client (NodeTimeout is the Client's),
+// closed when the test ends.
+func newRedlockClient(t testing.TB, nodes []redis.UniversalClient, opts ...limiter.Option) (*limiter.Client, error) {
 	c, err := limiter.NewRedlock(nodes, append([]limiter.Option{limiter.RestartQuarantine(0)}, opts...)...)
 	if err != nil {
 		return nil, err
@@ -160,13 +160,23 @@ func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name strin
 		defer cancel()
 		_ = c.Close(ctx)
 	})
+	return c, nil
+}
+
+// newRedlockSemaphore makes a Redlock Client per call (see
+// newRedlockClient).
+func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
+	c, err := newRedlockClient(t, nodes, opts...)
+	if err != nil {
+		return nil, err
+	}
 	return c.Semaphore(name, limit)
 }
 
 func newRedlockMutex(t testing.TB, nodes []redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Mutex, error) {
-	s, err := newRedlockSemaphore(t, nodes, name, 1, opts...)
+	c, err := newRedlockClient(t, nodes, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &limiter.Mutex{Semaphore: s}, nil
+	return c.Mutex(name)
 }

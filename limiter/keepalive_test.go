@@ -51,7 +51,7 @@ func testRefreshInBulk(t *testing.T, b backend) {
 	if calls["zadd"] == 0 {
 		t.Fatal("no refresh happened at all: the test proves nothing")
 	}
-	if n, _ := sem.Available(ctx); n != 0 {
+	if n, _ := limiter.Available(ctx, sem); n != 0 {
 		t.Fatalf("available %d, want every lease still held", n)
 	}
 	t.Logf("%d script calls (%v) kept %d leases alive for %v", scripts, calls, leases, 2*interval)
@@ -69,7 +69,7 @@ func TestMaxHold(t *testing.T) {
 	}
 	start := time.Now()
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-time.After(3 * time.Second):
 		t.Fatal("a lease was kept alive past MaxHold")
 	}
@@ -80,7 +80,7 @@ func TestMaxHold(t *testing.T) {
 		t.Fatalf("Err after MaxHold: %v", l.Err())
 	}
 	redistest.Eventually(t, 2*time.Second, "the permit back", func() bool {
-		n, err := sem.Available(ctx)
-		return err == nil && n == 1
+		hs, err := limiter.Holders(ctx, sem)
+		return err == nil && len(hs) == 0
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // errReleased ends a lease that its holder released.
@@ -45,10 +47,11 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	auto   bool // kept alive by the refresher
-	// handedOff: StopRefresh gave it to another process; Close leaves it.
-	handedOff bool
+	// detached: StopRefresh or Park let go of it here while it lives on
+	// in Redis; Close leaves it there.
+	detached bool
 	// short: Redis keeps it for less than its TTL until a refresh (a
-	// release handed it over: see takeHandoff).
+	// release granted it directly: see takeGrant).
 	short    bool
 	deadline time.Time
 	watchdog *time.Timer
@@ -57,19 +60,19 @@ type Lease struct {
 }
 
 // newLease makes the lease of a grant that Redis made to last at least
-// life (the TTL, or less for a handoff) after sent, a time before the
+// life (the TTL, or less for a direct grant) after sent, a time before the
 // grant. It fails, and the caller gives the permits back, when the lease's
 // local deadline already passed (ErrLeaseLost: a reply that slow is of no
 // use) or the Client's Close began (ErrClosed: Close releases only the
 // leases it found).
-func newLease(parent context.Context, s *Semaphore, id string, given bool, r acquireReply, sent time.Time, life time.Duration) (*Lease, error) {
+func newLease(parent context.Context, s *Semaphore, id string, given bool, r store.AcquireReply, sent time.Time, life time.Duration) (*Lease, error) {
 	deadline := sent.Add(life - s.cfg.drift(life))
 	if !time.Now().Before(deadline) {
 		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
 	}
-	l := &Lease{sem: s, id: id, given: given, token: r.token, weight: r.weight, ttl: s.cfg.ttl, parent: parent,
+	l := &Lease{sem: s, id: id, given: given, token: r.Token, weight: r.Weight, ttl: s.cfg.ttl, parent: parent,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
-	if !s.c.track(l) { // before the watchdog, whose end untracks it
+	if !s.c.ids.track(l) { // before the watchdog, whose end untracks it
 		return nil, ErrClosed
 	}
 	l.mu.Lock() // the watchdog may fire before newLease returns
@@ -77,7 +80,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r acq
 	l.mu.Unlock()
 	s.cfg.metrics.held(s.name, 1)
 	if l.auto {
-		// A shorter life (a handoff) is extended to the TTL by the first
+		// A shorter life (a direct grant) is extended to the TTL by the first
 		// refresh, late enough that a short hold ends before it.
 		s.c.refresher.addLease(l, sent.Add(min(s.cfg.refresh, life*3/4)))
 	}
@@ -107,9 +110,6 @@ func (l *Lease) Weight() int64 { return l.weight }
 func (l *Lease) Ticket() Ticket {
 	return Ticket{Name: l.sem.name, ID: l.id, Weight: l.weight, Token: l.Token()}
 }
-
-// Done is closed when the lease ends: lost, expired, or released.
-func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
 // Context carries the values of the context the lease was acquired or
 // resumed with, and is cancelled when the lease ends; context.Cause is
@@ -148,30 +148,35 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	sent := time.Now()
-	res := l.sem.c.st.refresh(ctx, []refreshBatch{{keys: l.sem.keys, leases: []refreshItem{l.refreshItem()},
-		replicas: l.sem.cfg.replicas}})[0]
-	if res.err != nil {
-		l.refreshFailed()
-		return redisError("refresh", l.sem.name, res.err)
-	}
-	held := len(res.held) == 1 && res.held[0]
-	if err := l.unconfirmed(held, res); err != nil {
-		l.refreshFailed()
+	res := l.sem.c.st.Refresh(ctx, []store.RefreshBatch{{Keys: l.sem.keys, Leases: []store.RefreshItem{l.refreshItem()},
+		Replicas: l.sem.cfg.replicas}})[0]
+	if err := l.applyRefresh(sent, res, 0); err != nil {
 		return err
 	}
-	l.refreshed(sent, held)
 	return l.Err()
 }
 
-// unconfirmed returns the *ReplicationError of a refresh that extended
-// the lease on the master but not on the replicas WaitReplicas asks for:
-// it counts as failed, since a failover would bring back the older
-// expiry they have.
-func (l *Lease) unconfirmed(held bool, res refreshResult) error {
-	if !held { // gone: a loss, whatever the replicas say
-		return nil
+// applyRefresh applies the answer to a refresh sent at sent, of which the
+// lease is the j-th: held, it extends the local deadline; gone, it ends
+// the lease as lost. It returns the failure of a refresh that did not
+// confirm the lease, which leaves the deadline as it was: Redis's, or
+// the *ReplicationError of one that extended the lease on the master but
+// not on the replicas WaitReplicas asks for (a failover would bring back
+// the older expiry they have).
+func (l *Lease) applyRefresh(sent time.Time, res store.RefreshResult, j int) error {
+	if res.Err != nil {
+		l.refreshFailed()
+		return redisError("refresh", l.sem.name, res.Err)
 	}
-	return l.sem.cfg.replicas.confirm("refresh", l.sem.name, res.acked, res.waitErr)
+	held := j < len(res.Held) && res.Held[j]
+	if held {
+		if err := confirm(l.sem.cfg.replicas, "refresh", l.sem.name, res.Acked, res.WaitErr); err != nil {
+			l.refreshFailed()
+			return err
+		}
+	}
+	l.refreshed(sent, held)
+	return nil
 }
 
 // Release gives the permits back and grants them to (or wakes) the
@@ -193,7 +198,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		// Until Redis has removed it, no attempt of this Client may
 		// reclaim the lease as its own. (A made-up id is never asked for
 		// again, so never reclaimed.)
-		defer l.sem.c.releasing(l)()
+		defer l.sem.c.ids.releasing(l)()
 	}
 	live := l.endLive(errReleased)
 	ctx, cancel := context.WithTimeout(detach(ctx), l.sem.cfg.releaseTimeout)
@@ -218,36 +223,6 @@ func detach(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
 }
 
-// StopRefresh stops keeping the lease alive from this process, typically
-// after its Ticket was handed to another process. The lease stays in Redis
-// until its TTL runs out or someone releases it or takes it over (Client.Close
-// leaves it there too); locally it then ends with ErrLeaseLost, without
-// OnLost (that end is expected). A lease a release just handed over, which
-// Redis keeps for only a few seconds until its first refresh, is first
-// refreshed to its TTL (bounded by ReleaseTimeout; if that fails, it
-// lapses sooner).
-func (l *Lease) StopRefresh() {
-	l.mu.Lock()
-	short := l.short
-	l.mu.Unlock()
-	if short {
-		ctx, cancel := context.WithTimeout(context.Background(), l.sem.cfg.releaseTimeout)
-		_ = l.Refresh(ctx)
-		cancel()
-	}
-	l.mu.Lock()
-	l.auto = false
-	l.handedOff = true
-	l.mu.Unlock()
-	l.sem.c.refresher.remove(l)
-}
-
-func (l *Lease) isHandedOff() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.handedOff
-}
-
 // pastMaxHold reports whether the lease has been kept alive for MaxHold.
 func (l *Lease) pastMaxHold(now time.Time) bool {
 	return l.sem.cfg.maxHold > 0 && now.Sub(l.acquired) >= l.sem.cfg.maxHold
@@ -259,17 +234,17 @@ func (l *Lease) localDeadline() time.Time {
 	return l.deadline
 }
 
-func (l *Lease) refreshItem() refreshItem {
-	return refreshItem{id: l.id, token: l.token, ttl: l.ttl, weight: l.weight, owner: l.sem.c.id,
-		quarantine: l.sem.cfg.quarantine, givenUp: l.givenUp}
+func (l *Lease) refreshItem() store.RefreshItem {
+	return store.RefreshItem{ID: l.id, Token: l.token, TTL: l.ttl, Weight: l.weight, Owner: l.sem.c.id,
+		Quarantine: l.sem.cfg.quarantine, GivenUp: l.givenUp}
 }
 
-// givenUp reports whether the holder released the lease or handed it to
-// another process. Both mark the lease before they touch Redis.
+// givenUp reports whether the holder released or detached the lease.
+// Both mark the lease before they touch Redis.
 func (l *Lease) givenUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.handedOff || errors.Is(l.err, errReleased)
+	return l.detached || errors.Is(l.err, errReleased)
 }
 
 func (l *Lease) refreshFailed() { l.sem.cfg.metrics.refreshFailed(l.sem.name) }
@@ -332,7 +307,7 @@ func (l *Lease) end(err error, lost bool) bool {
 
 	s := l.sem
 	s.c.refresher.remove(l)
-	s.c.untrack(l)
+	s.c.ids.untrack(l, l.ttl+s.cfg.drift(l.ttl))
 	s.cfg.metrics.held(s.name, -1)
 	if !lost {
 		return true

@@ -46,8 +46,8 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend) {
 	}
 	b.reset(t)
 	redistest.Eventually(t, 5*time.Second, "the permit given back", func() bool {
-		n, err := sem.Available(ctx)
-		return err == nil && n == 1
+		hs, err := limiter.Holders(ctx, sem)
+		return err == nil && len(hs) == 0
 	})
 	time.Sleep(300 * time.Millisecond)
 	if calls := b.calls(t); redistest.Scripts(calls) > 20 {
@@ -61,17 +61,17 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend) {
 func TestReclaimLeavesTheQueue(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 10*time.Second)
-		sem, _ := newMutex(t, b.client(t), uniqueName(b, "reclaim"), limiter.TTL(30*time.Second))
-		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "", false); !ok || err != nil {
+		sem, _ := newSemaphore(t, b.client(t), uniqueName(b, "reclaim"), 1, limiter.TTL(30*time.Second))
+		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "", false); !ok || err != nil {
 			t.Fatalf("first grant (its reply taken as lost): %v %v", ok, err)
 		}
-		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "w1", false); ok || err != nil {
+		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "w1", false); ok || err != nil {
 			t.Fatalf("a retry that may not reclaim must queue: %v %v", ok, err)
 		}
-		if ok, err := limiter.AcquireOnce(ctx, sem.Semaphore, "x", "w1", true); !ok || err != nil {
+		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "w1", true); !ok || err != nil {
 			t.Fatalf("reclaim: %v %v", ok, err)
 		}
-		hs, err := sem.Holders(ctx)
+		hs, err := limiter.Holders(ctx, sem)
 		if err != nil || len(hs) != 1 {
 			t.Fatalf("holders %v %v", hs, err)
 		}
@@ -80,7 +80,7 @@ func TestReclaimLeavesTheQueue(t *testing.T) {
 		}
 		l, err := sem.TryAcquire(ctx)
 		if err != nil {
-			t.Fatalf("free mutex after the reclaimed lease's release: %v (its queue entry left behind?)", err)
+			t.Fatalf("free semaphore after the reclaimed lease's release: %v (its queue entry left behind?)", err)
 		}
 		_ = l.Release(ctx)
 	})
@@ -106,7 +106,7 @@ func TestReclaimNeverReturnsAnEndedLeasesToken(t *testing.T) {
 		if _, err := mu.TryAcquire(cancelled, limiter.ID("x")); err == nil {
 			t.Fatal("an attempt with a cancelled ctx succeeded")
 		}
-		<-l0.Done() // lost here at ~0.7s; Redis holds it until 1s
+		<-l0.Context().Done() // lost here at ~0.7s; Redis holds it until 1s
 		l2, err := mu.TryAcquire(ctx, limiter.ID("x"))
 		if err == nil && l2.Token() == l0.Token() {
 			t.Fatalf("a reclaim handed out the token %d of a Lease already lost (%v)", l0.Token(), l0.Err())

@@ -8,11 +8,11 @@ import (
 
 // Acquire outcomes, the "outcome" label of redsem_acquire_total.
 const (
-	OutcomeAcquired = "acquired"
-	OutcomeBusy     = "busy"     // TryAcquire found no room
-	OutcomeTimeout  = "timeout"  // AcquireTimeout or AttemptsLimit ran out
-	OutcomeCanceled = "canceled" // the caller's context ended
-	OutcomeError    = "error"    // Redis failed
+	outcomeAcquired = "acquired"
+	outcomeBusy     = "busy"     // TryAcquire found no room
+	outcomeTimeout  = "timeout"  // AcquireTimeout or AttemptsLimit ran out
+	outcomeCanceled = "canceled" // the caller's context ended
+	outcomeError    = "error"    // Redis failed
 )
 
 // Collector is a prometheus.Collector for the semaphores that were given

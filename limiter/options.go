@@ -3,6 +3,8 @@ package limiter
 import (
 	"log/slog"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // Option configures a Client (for every semaphore made from it) or one
@@ -27,20 +29,19 @@ type config struct {
 	failOnEviction bool
 	quarantine     time.Duration
 	quarantineSet  bool
-	replicas       replicaWait
+	replicas       store.ReplicaWait
 }
 
-// Defaults of the TTL, AcquireTimeout and Prefix options.
+// Defaults of the TTL and Prefix options.
 const (
-	DefaultTTL            = 10 * time.Second
-	DefaultAcquireTimeout = 10 * time.Second
-	DefaultPrefix         = "redsem:"
+	DefaultTTL    = 10 * time.Second
+	DefaultPrefix = "redsem:"
 )
 
 func defaultConfig() config {
 	return config{
 		ttl:            DefaultTTL,
-		acquireTimeout: DefaultAcquireTimeout,
+		acquireTimeout: 10 * time.Second,
 		prefix:         DefaultPrefix,
 		clockDrift:     0.01,
 		releaseTimeout: releaseTimeoutDefault,
@@ -81,9 +82,11 @@ func AcquireTimeout(d time.Duration) Option { return func(c *config) { c.acquire
 // with ErrTimeout (default 0 = unbounded).
 func AttemptsLimit(n int) Option { return func(c *config) { c.attempts = n } }
 
-// Prefix sets the key prefix (default "redsem:"). It must not contain '{'
-// or '}', which would break the hash tag that keeps a semaphore in one
-// Cluster slot. Given to New, it also prefixes the Client's wake channel.
+// Prefix sets the key prefix of every name of the Client (default
+// "redsem:"), and of its wake channel. It must not contain '{' or '}',
+// which would break the hash tag that keeps a semaphore in one Cluster
+// slot. A Client option: given to Semaphore or Mutex, it is an
+// *ArgumentError (make a Client per prefix).
 func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // OnLost registers a callback run (in its own goroutine) when a lease is
@@ -208,7 +211,7 @@ func RestartQuarantine(d time.Duration) Option {
 //     during a resharding a call fails with MOVED instead of following
 //     it, and ClusterClient hooks do not see these calls.
 func WaitReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas = replicaWait{n: n, timeout: timeout} }
+	return func(c *config) { c.replicas = store.ReplicaWait{N: n, Timeout: timeout} }
 }
 
 func (c *config) validate() error {
@@ -253,11 +256,11 @@ func (c *config) validate() error {
 	if c.releaseTimeout <= 0 {
 		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")
 	}
-	if c.replicas.n < 0 {
-		return argError("WaitReplicas", c.replicas.n, "must be >= 0")
+	if c.replicas.N < 0 {
+		return argError("WaitReplicas", c.replicas.N, "must be >= 0")
 	}
-	if c.replicas.on() && (c.replicas.timeout <= 0 || c.replicas.timeout >= c.ttl) {
-		return argError("WaitReplicas", c.replicas.timeout, "timeout must be > 0 and below the TTL "+c.ttl.String())
+	if c.replicas.On() && (c.replicas.Timeout <= 0 || c.replicas.Timeout >= c.ttl) {
+		return argError("WaitReplicas", c.replicas.Timeout, "timeout must be > 0 and below the TTL "+c.ttl.String())
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -281,21 +284,17 @@ func (c *config) drift(ttl time.Duration) time.Duration {
 }
 
 // AcquireOption shapes one acquisition.
-type AcquireOption func(*acquireRequest)
+type AcquireOption func(*acquireOptions)
 
-// with applies opts to a copy of r. Only a request with options pays
-// for it: an option takes r's address, which moves r to the heap.
-func (r acquireRequest) with(opts []AcquireOption) acquireRequest {
-	for _, o := range opts {
-		if o != nil {
-			o(&r)
-		}
-	}
-	return r
+// acquireOptions is what AcquireOptions set.
+type acquireOptions struct {
+	weight  int64
+	id      string
+	idGiven bool
 }
 
 // Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
-func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight = n } }
+func Weight(n int64) AcquireOption { return func(o *acquireOptions) { o.weight = n } }
 
 // ID sets the lease id (default: unique, made up by the Client: its random
 // id and a sequence number). An id names one holder
@@ -305,4 +304,4 @@ func Weight(n int64) AcquireOption { return func(r *acquireRequest) { r.weight =
 // of that id) gets the lease back, refreshed, taking no further permit.
 // Asking with another weight than the lease of that id holds gives an
 // *ArgumentError for "Weight".
-func ID(id string) AcquireOption { return func(r *acquireRequest) { r.id, r.idGiven = id, true } }
+func ID(id string) AcquireOption { return func(o *acquireOptions) { o.id, o.idGiven = id, true } }

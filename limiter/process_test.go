@@ -156,7 +156,7 @@ func runProcesses(t *testing.T, b backend, own, maxWeight int64, id string, flee
 	if fleet > 0 {
 		limit = fleet
 		sem, _ := newSemaphore(t, b.client(t), name, own)
-		if err := sem.SetLimit(ctxT(t, 5*time.Second), fleet); err != nil {
+		if err := limiter.SetLimit(ctxT(t, 5*time.Second), sem, fleet); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,7 +236,7 @@ func TestLossWhileRedisPaused(t *testing.T) {
 	srv.Pause(t)
 	defer srv.Resume(t)
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-time.After(3 * ttl):
 		t.Fatal("no loss reported while Redis was unreachable")
 	}

@@ -54,7 +54,7 @@ func TestRestartQuarantineKeepsForgottenLeases(t *testing.T) {
 	granted := time.Now()
 	defer lease.Release(ctxT(t, 5*time.Second))
 	select {
-	case <-held.Done():
+	case <-held.Context().Done():
 	default:
 		t.Fatalf("a second holder was granted %v after the restart while the first still believed it held", granted.Sub(restarted))
 	}

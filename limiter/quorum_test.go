@@ -104,7 +104,7 @@ func TestRedlockBasics(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("full: %v", err)
 	}
-	if n, err := sem.Available(ctx); err != nil || n != 0 {
+	if n, err := limiter.Available(ctx, sem); err != nil || n != 0 {
 		t.Fatalf("Available %d, %v", n, err)
 	}
 	if err := a.Refresh(ctx); err != nil {
@@ -261,7 +261,7 @@ func TestRedlockMajorityDown(t *testing.T) {
 		t.Fatalf("survivor holds %d leases after the failed attempt, want only the holder's", n)
 	}
 	select {
-	case <-holder.Done():
+	case <-holder.Context().Done():
 	case <-time.After(3 * ttl):
 		t.Fatal("holder never learned its lease was lost")
 	}
@@ -305,7 +305,7 @@ func TestRedlockPausedNode(t *testing.T) {
 func TestRedlockPartialWeightedRollback(t *testing.T) {
 	q := startQuorum(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	single, err := newSemaphore(t, q.nodes[0], "partial", 5, limiter.Prefix("partial:"))
+	single, err := redistest.Limiter(t, q.nodes[0], limiter.Prefix("partial:")).Semaphore("partial", 5)
 	if err != nil {
 		t.Fatal(err)
 	}

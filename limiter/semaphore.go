@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/quorum"
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // maxLimit keeps permit sums exact in Lua, whose numbers are doubles.
@@ -19,48 +21,48 @@ const maxLimit = 1 << 40
 //
 // Processes may disagree on the limit; each acquisition is checked against
 // the limit of the Semaphore that asks, unless a fleet-wide limit was
-// stored with SetLimit, which every process then obeys.
+// stored with Inspector.SetLimit, which every process then obeys.
 type Semaphore struct {
 	c     *Client
 	name  string
 	limit int64
 	cfg   config
-	keys  keyspace
-}
-
-// Holder describes one live lease, as Redis sees it.
-type Holder struct {
-	ID     string
-	Weight int64
-	Token  int64
-	TTL    time.Duration // until it expires unless refreshed
+	keys  store.Keyspace
 }
 
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
 // Limit returns the limit the Semaphore was made with; a limit stored with
-// SetLimit overrides it (see EffectiveLimit).
+// Inspector.SetLimit overrides it.
 func (s *Semaphore) Limit() int64 { return s.limit }
 
-func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (acquireRequest, error) {
-	r := acquireRequest{limit: s.limit, weight: 1, ttl: s.cfg.ttl, owner: s.c.id, channel: s.c.channel,
-		quarantine: s.cfg.quarantine, replicas: s.cfg.replicas}
+func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.AcquireRequest, error) {
+	r := store.AcquireRequest{Limit: s.limit, Weight: 1, TTL: s.cfg.ttl, Owner: s.c.id, Channel: s.c.channel,
+		Quarantine: s.cfg.quarantine, Replicas: s.cfg.replicas}
 	if len(opts) > 0 {
-		r = r.with(opts)
+		// Only a request with options pays for them: an option takes o's
+		// address, which moves o to the heap.
+		o := acquireOptions{weight: 1}
+		for _, opt := range opts {
+			if opt != nil {
+				opt(&o)
+			}
+		}
+		r.Weight, r.ID, r.IDGiven = o.weight, o.id, o.idGiven
 	}
 	switch {
 	case ctx == nil:
 		return r, argError("ctx", nil, "must not be nil")
-	case r.weight < 1 || r.weight > s.limit:
-		return r, argError("Weight", r.weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
-	case r.idGiven && r.id == "":
+	case r.Weight < 1 || r.Weight > s.limit:
+		return r, argError("Weight", r.Weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
+	case r.IDGiven && r.ID == "":
 		return r, argError("ID", `""`, "must not be empty")
 	}
-	if !r.idGiven {
-		r.id = s.c.newID()
+	if !r.IDGiven {
+		r.ID = s.c.newID()
 	}
-	return r, s.c.Err()
+	return r, s.c.closedErr()
 }
 
 // TryAcquire takes the permits if they are free now and nobody waits for
@@ -77,13 +79,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	l, rep, err := s.attempt(ctx, r)
 	switch {
 	case err != nil:
-		s.cfg.metrics.acquired(s.name, OutcomeError, time.Since(start))
+		s.cfg.metrics.acquired(s.name, outcomeError, time.Since(start))
 		return nil, err
 	case l == nil:
-		s.cfg.metrics.acquired(s.name, OutcomeBusy, time.Since(start))
+		s.cfg.metrics.acquired(s.name, outcomeBusy, time.Since(start))
 		return nil, s.busy(r, rep, 1, 0, false)
 	}
-	s.cfg.metrics.acquired(s.name, OutcomeAcquired, time.Since(start))
+	s.cfg.metrics.acquired(s.name, outcomeAcquired, time.Since(start))
 	return l, nil
 }
 
@@ -109,14 +111,14 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 	}
 	start := time.Now()
 	l, err := s.wait(ctx, r, start)
-	outcome := OutcomeAcquired
+	outcome := outcomeAcquired
 	switch {
 	case errors.Is(err, ErrTimeout):
-		outcome = OutcomeTimeout
+		outcome = outcomeTimeout
 	case err != nil && ctx.Err() != nil:
-		outcome = OutcomeCanceled
+		outcome = outcomeCanceled
 	case err != nil:
-		outcome = OutcomeError
+		outcome = outcomeError
 	}
 	s.cfg.metrics.acquired(s.name, outcome, time.Since(start))
 	return l, err
@@ -124,54 +126,64 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 
 // attempt runs the acquire script once. A nil lease with a nil error means
 // the semaphore was full (or it was not this request's turn).
-func (s *Semaphore) attempt(ctx context.Context, r acquireRequest) (*Lease, acquireReply, error) {
-	var rep acquireReply
+func (s *Semaphore) attempt(ctx context.Context, r store.AcquireRequest) (*Lease, store.AcquireReply, error) {
+	var rep store.AcquireReply
 	if err := s.c.checkEviction(ctx); err != nil {
 		return nil, rep, err
 	}
 	var err error
-	if r.idGiven {
+	if r.IDGiven {
 		var done func(error, string)
-		if r.reclaimAbove, done, err = s.c.ask(ctx, s.keys, r.id, true, r.ttl); err != nil {
+		if r.ReclaimAbove, done, err = s.c.ids.ask(ctx, leaseKey{s.keys.ID(), r.ID}, true, r.TTL+s.cfg.drift(r.TTL)); err != nil {
 			return nil, rep, err
 		}
-		defer func() { done(err, rep.token) }() // after newLease tracks a granted lease
+		defer func() { done(err, rep.Token) }() // after newLease tracks a granted lease
 	}
 	sent := time.Now()
-	rep, err = s.c.st.acquire(ctx, s.keys, r)
-	s.c.hub.wake(rep.woken) // a quorum's nodes may have woken ours even when it failed
+	rep, err = s.c.st.Acquire(ctx, s.keys, r)
+	s.c.hub.wake(rep.Woken) // a quorum's nodes may have woken ours even when it failed
 	if err != nil {
-		if !r.idGiven && !errors.As(err, new(*QuorumError)) {
+		if !r.IDGiven && !errors.As(err, new(*quorum.Error)) {
 			// The script may have run with the reply lost: remove what
 			// it may have granted rather than leave it for the TTL. A
 			// caller-given id is left for the caller's retry to reclaim;
 			// a quorum rolled its attempt back itself.
-			id := r.id // not r: a closure over r would move it to the heap on every call
+			id := r.ID // not r: a closure over r would move it to the heap on every call
 			s.c.spawn(func() { s.forget(id, "") })
 		}
 		return nil, rep, redisError("acquire", s.name, err)
 	}
-	if rep.fleetLimit > 0 {
-		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("is above the fleet-wide limit %d of %q (SetLimit)", rep.fleetLimit, s.name))
+	if rep.FleetLimit > 0 {
+		return nil, rep, argError("Weight", r.Weight, fmt.Sprintf("is above the fleet-wide limit %d of %q (SetLimit)", rep.FleetLimit, s.name))
 	}
-	if rep.heldWeight > 0 {
-		return nil, rep, argError("Weight", r.weight, fmt.Sprintf("differs from the weight %d that lease %s holds", rep.heldWeight, r.id))
+	if rep.HeldWeight > 0 {
+		return nil, rep, argError("Weight", r.Weight, fmt.Sprintf("differs from the weight %d that lease %s holds", rep.HeldWeight, r.ID))
 	}
-	if !rep.granted {
+	if !rep.Granted {
 		return nil, rep, nil
 	}
-	if rerr := s.cfg.replicas.confirm("acquire", s.name, rep.acked, rep.waitErr); rerr != nil {
-		// A failover could lose it: given back like a grant too late
-		// for its deadline, before returning.
-		s.forget(r.id, rep.token)
-		return nil, rep, rerr
+	// Not err: done reads it, and Redis did answer.
+	l, aerr := s.adopt(ctx, "acquire", r.ID, r.IDGiven, rep, sent, s.cfg.ttl)
+	return l, rep, aerr
+}
+
+// adopt makes the Lease of a grant (an acquire's, a direct grant's or a
+// Resume's, which op names) that Redis made to last at least life after
+// sent: confirmed by the replicas WaitReplicas asks for, else given back
+// with the *ReplicationError (a failover could lose it); given back too,
+// before returning, when it cannot be used (see newLease), so that the
+// caller, or Close, sees the permits free.
+func (s *Semaphore) adopt(ctx context.Context, op, id string, given bool, rep store.AcquireReply, sent time.Time, life time.Duration) (*Lease, error) {
+	if err := confirm(s.cfg.replicas, op, s.name, rep.Acked, rep.WaitErr); err != nil {
+		s.forget(id, rep.Token)
+		return nil, err
 	}
-	l, lerr := newLease(ctx, s, r.id, r.idGiven, rep, sent, s.cfg.ttl)
-	if lerr != nil {
-		s.forget(r.id, rep.token) // before returning: the caller, or Close, sees the permits free
-		return nil, rep, fmt.Errorf("limiter: acquire %q: %w", s.name, lerr)
+	l, err := newLease(ctx, s, id, given, rep, sent, life)
+	if err != nil {
+		s.forget(id, rep.Token)
+		return nil, fmt.Errorf("limiter: %s %q: %w", op, s.name, err)
 	}
-	return l, rep, nil
+	return l, nil
 }
 
 // forget releases a lease that has no Lease (a grant newLease refused, or
@@ -189,122 +201,7 @@ func (s *Semaphore) forget(id, token string) {
 // the lease had not expired (a Lease within its local deadline), so
 // Redis need not check.
 func (s *Semaphore) release(ctx context.Context, id, token string, live bool) (int64, error) {
-	rep, err := s.c.st.release(ctx, s.keys, releaseRequest{id: id, token: token, own: s.c.channel, wake: true, check: !live})
-	s.c.hub.wake(rep.woken)
-	return rep.freed, err
-}
-
-// Resume takes over a lease acquired elsewhere (the handoff): if it is
-// still held with the ticket's token, it becomes this Client's, with a new
-// fencing token and this Semaphore's TTL from now (shorter or longer than
-// before), and is kept alive here like any acquired lease. The previous
-// holder's next refresh finds it gone and reports the loss. A lease
-// parked by Lease.Park is taken over by a ticket of its id whatever the
-// ticket's token. Of two Resumes of one ticket one wins; the other, like a
-// lease that expired or was released, gets ErrNotHeld. A ticket for another name, or a weight above
-// this limit, gives an *ArgumentError.
-func (s *Semaphore) Resume(ctx context.Context, t Ticket) (*Lease, error) {
-	if ctx == nil {
-		return nil, argError("ctx", nil, "must not be nil")
-	}
-	if err := s.checkTicket(t); err != nil {
-		return nil, err
-	}
-	if err := s.c.Err(); err != nil {
-		return nil, err
-	}
-	// A Resume makes the lease this Client's: no reclaim of the id may run
-	// meanwhile, or both would hand out a Lease with the one token.
-	_, done, err := s.c.ask(ctx, s.keys, t.ID, false, s.cfg.ttl)
-	if err != nil {
-		return nil, err
-	}
-	sent := time.Now()
-	rep, err := s.c.st.resume(ctx, s.keys, resumeRequest{id: t.ID, token: strconv.FormatInt(t.Token, 10), owner: s.c.id, ttl: s.cfg.ttl,
-		replicas: s.cfg.replicas})
-	defer func() { done(err, rep.token) }() // after newLease tracks a resumed lease
-	if err != nil {
-		return nil, redisError("resume", s.name, err)
-	}
-	if !rep.granted {
-		return nil, fmt.Errorf("limiter: resume %q lease %s: %w", s.name, t.ID, ErrNotHeld)
-	}
-	if rerr := s.cfg.replicas.confirm("resume", s.name, rep.acked, rep.waitErr); rerr != nil {
-		s.forget(t.ID, rep.token)
-		return nil, rerr
-	}
-	l, lerr := newLease(ctx, s, t.ID, true, rep, sent, s.cfg.ttl)
-	if lerr != nil {
-		s.forget(t.ID, rep.token)
-		return nil, fmt.Errorf("limiter: resume %q: %w", s.name, lerr)
-	}
-	return l, nil
-}
-
-// ReleaseTicket releases the lease a ticket names, from any process. It
-// returns ErrNotHeld when that lease is no longer held with the ticket's
-// token, and never removes a later lease that reuses the id.
-func (s *Semaphore) ReleaseTicket(ctx context.Context, t Ticket) error {
-	if ctx == nil {
-		return argError("ctx", nil, "must not be nil")
-	}
-	if err := s.checkTicket(t); err != nil {
-		return err
-	}
-	n, err := s.release(ctx, t.ID, strconv.FormatInt(t.Token, 10), false)
-	if err != nil {
-		return redisError("release", s.name, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("limiter: release %q lease %s: %w", s.name, t.ID, ErrNotHeld)
-	}
-	return nil
-}
-
-func (s *Semaphore) checkTicket(t Ticket) error {
-	if err := t.validate(); err != nil {
-		return err
-	}
-	if t.Name != s.name {
-		return argError("ticket", t, fmt.Sprintf("is for %q, not %q", t.Name, s.name))
-	}
-	if t.Weight > s.limit {
-		return argError("ticket", t, fmt.Sprintf("weight is above the limit %d", s.limit))
-	}
-	return nil
-}
-
-// Holders lists the live leases as Redis sees them (read-only; on a
-// Redlock Client, those a quorum of nodes holds). A nil ctx gives an
-// *ArgumentError; a Redis failure, or ctx ending first, is returned
-// wrapped.
-func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
-	if ctx == nil {
-		return nil, argError("ctx", nil, "must not be nil")
-	}
-	hs, err := s.c.st.holders(ctx, s.keys)
-	if err != nil {
-		return nil, redisError("holders", s.name, err)
-	}
-	return hs, nil
-}
-
-// Available returns how many permits are free now under the effective
-// limit (see EffectiveLimit; never negative). It is a snapshot: use
-// TryAcquire to take them. Errors are those of EffectiveLimit and
-// Holders.
-func (s *Semaphore) Available(ctx context.Context) (int64, error) {
-	limit, _, err := s.EffectiveLimit(ctx)
-	if err != nil {
-		return 0, err
-	}
-	hs, err := s.Holders(ctx)
-	if err != nil {
-		return 0, err
-	}
-	free := limit
-	for _, h := range hs {
-		free -= h.Weight
-	}
-	return max(free, 0), nil
+	rep, err := s.c.st.Release(ctx, s.keys, store.ReleaseRequest{ID: id, Token: token, Channel: s.c.channel, Wake: true, Check: !live})
+	s.c.hub.wake(rep.Woken)
+	return rep.Freed, err
 }

@@ -62,14 +62,14 @@ func testTryAcquire(t *testing.T, b backend) {
 	if l1.ID() == l2.ID() || l1.Token() >= l2.Token() {
 		t.Fatalf("leases: %s/%d then %s/%d", l1.ID(), l1.Token(), l2.ID(), l2.Token())
 	}
-	if n, err := sem.Available(ctx); err != nil || n != 0 {
+	if n, err := limiter.Available(ctx, sem); err != nil || n != 0 {
 		t.Fatalf("Available = %d, %v; want 0", n, err)
 	}
 	if err := l1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-l1.Done():
+	case <-l1.Context().Done():
 	default:
 		t.Fatal("Done not closed after Release")
 	}
@@ -79,7 +79,7 @@ func testTryAcquire(t *testing.T, b backend) {
 	if err := l1.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
 		t.Fatalf("second Release: want ErrNotHeld, got %v", err)
 	}
-	hs, err := sem.Holders(ctx)
+	hs, err := limiter.Holders(ctx, sem)
 	if err != nil || len(hs) != 1 || hs[0].ID != l2.ID() || hs[0].Token != l2.Token() {
 		t.Fatalf("Holders = %+v, %v", hs, err)
 	}
@@ -109,14 +109,14 @@ func testWeighted(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _ := sem.Holders(ctx)
+	hs, _ := limiter.Holders(ctx, sem)
 	if len(hs) != 2 {
 		t.Fatalf("one member per lease, whatever its weight: %+v", hs)
 	}
 	if err := big.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := sem.Available(ctx); n != 4 {
+	if n, _ := limiter.Available(ctx, sem); n != 4 {
 		t.Fatalf("Available = %d, want 4", n)
 	}
 	_ = small.Release(ctx)
@@ -196,7 +196,7 @@ func testMixedTTLs(t *testing.T, b backend) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	hs, err := long.Holders(ctx)
+	hs, err := limiter.Holders(ctx, long)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 	ctx := ctxT(t, 10*time.Second)
 	prefix := fmt.Sprintf("loss%d:", nameSeq.Add(1))
 	lostCh := make(chan error, 1)
-	sem, err := newSemaphore(t, rdb, uniqueName(b, "loss"), 1, limiter.Prefix(prefix),
+	sem, err := redistest.Limiter(t, rdb, limiter.Prefix(prefix)).Semaphore(uniqueName(b, "loss"), 1,
 		limiter.TTL(time.Second), limiter.RefreshInterval(50*time.Millisecond),
 		limiter.OnLost(func(_ *limiter.Lease, err error) { lostCh <- err }))
 	if err != nil {
@@ -239,7 +239,7 @@ func testLossWhenDeleted(t *testing.T, b backend) {
 		}
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("Done did not close after the keys were deleted")
 	}
@@ -283,7 +283,7 @@ func testOneHolderPerID(t *testing.T, b backend) {
 	if _, err := other.TryAcquire(ctx, limiter.ID("task-42"), limiter.Weight(1)); !errors.As(err, &arg) || arg.Arg != "Weight" {
 		t.Fatalf("same id, other weight: %v, want an ArgumentError for Weight", err)
 	}
-	if n, _ := sem.Available(ctx); n != 1 {
+	if n, _ := limiter.Available(ctx, sem); n != 1 {
 		t.Fatalf("available %d, want 1", n)
 	}
 	waited := make(chan *limiter.Lease, 1)
@@ -310,7 +310,7 @@ func testOneHolderPerID(t *testing.T, b backend) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := sem.Available(ctx); n != 3 {
+	if n, _ := limiter.Available(ctx, sem); n != 3 {
 		t.Fatalf("available %d after release, want 3", n)
 	}
 }
@@ -329,14 +329,14 @@ func testSameIDKeepsTheHoldersExpiry(t *testing.T, b backend) {
 	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
 	}
-	hs, _ := long.Holders(ctx)
+	hs, _ := limiter.Holders(ctx, long)
 	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
 		t.Fatalf("the expiry was shortened by a same-id attempt with a 1s TTL: %+v", hs)
 	}
 	if err := l.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hs, _ = long.Holders(ctx)
+	hs, _ = limiter.Holders(ctx, long)
 	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
 		t.Fatalf("the expiry was shortened: %+v", hs)
 	}
@@ -393,7 +393,7 @@ func testFencingIdle(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	prefix := fmt.Sprintf("idle%d:", nameSeq.Add(1))
-	mu, err := newMutex(t, rdb, uniqueName(b, "idle"), limiter.Prefix(prefix),
+	mu, err := redistest.Limiter(t, rdb, limiter.Prefix(prefix)).Mutex(uniqueName(b, "idle"),
 		limiter.TTL(100*time.Millisecond), limiter.RefreshInterval(0))
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +501,7 @@ func testAcquireGivesUp(t *testing.T, b backend) {
 	if _, err := limited.Acquire(ctx); !errors.Is(err, limiter.ErrTimeout) {
 		t.Fatalf("AttemptsLimit: want ErrTimeout, got %v", err)
 	}
-	hs, _ := sem.Holders(ctx)
+	hs, _ := limiter.Holders(ctx, sem)
 	if len(hs) != 1 || hs[0].ID != held.ID() {
 		t.Fatalf("a failed Acquire left something held: %+v", hs)
 	}

@@ -28,6 +28,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ins := clientFor(t, rdb).Inspector()
 	valid := limiter.Ticket{Name: "n", ID: "x", Weight: 1, Token: 7}
 	withTicket := func(mod func(*limiter.Ticket)) func() error {
 		return func() error {
@@ -61,6 +62,7 @@ func TestBadInput(t *testing.T) {
 		{"negative attempts", "AttemptsLimit", newSem(limiter.AttemptsLimit(-1))},
 		{"prefix with brace", "Prefix", newSem(limiter.Prefix("a{b"))},
 		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
+		{"prefix of a semaphore", "Prefix", newSem(limiter.Prefix("other:"))},
 		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
 		{"drift NaN", "ClockDrift", newSem(limiter.ClockDrift(math.NaN()))},
 		{"negative quarantine", "RestartQuarantine", newSem(limiter.RestartQuarantine(-time.Second))},
@@ -82,16 +84,21 @@ func TestBadInput(t *testing.T) {
 			_, err = c.Semaphore("n", 1, limiter.WaitReplicas(1, time.Second))
 			return err
 		}},
-		{"nil ctx holders", "ctx", func() error { _, err := sem.Holders(nil); return err }},                    //nolint:staticcheck // on purpose
 		{"nil ctx close", "ctx", func() error { return clientFor(t, rdb).Close(nil) }},                         //nolint:staticcheck // on purpose
 		{"nil ctx do", "ctx", func() error { return sem.Do(nil, func(context.Context) error { return nil }) }}, //nolint:staticcheck // on purpose
 		{"nil ctx resume", "ctx", func() error { _, err := sem.Resume(nil, limiter.Ticket{}); return err }},    //nolint:staticcheck // on purpose
 		{"nil ctx release ticket", "ctx", func() error { return sem.ReleaseTicket(nil, limiter.Ticket{}) }},    //nolint:staticcheck // on purpose
-		{"nil ctx available", "ctx", func() error { _, err := sem.Available(nil); return err }},                //nolint:staticcheck // on purpose
-		{"nil ctx set limit", "ctx", func() error { return sem.SetLimit(nil, 2) }},                             //nolint:staticcheck // on purpose
-		{"nil ctx effective limit", "ctx", func() error { _, _, err := sem.EffectiveLimit(nil); return err }},  //nolint:staticcheck // on purpose
-		{"nil ctx waiters", "ctx", func() error { _, err := sem.Waiters(nil); return err }},                    //nolint:staticcheck // on purpose
-		{"nil ctx names", "ctx", func() error { _, err := clientFor(t, rdb).Names(nil, "*"); return err }},     //nolint:staticcheck // on purpose
+		{"nil ctx holders", "ctx", func() error { _, err := ins.Holders(nil, "n"); return err }},               //nolint:staticcheck // on purpose
+		{"nil ctx waiters", "ctx", func() error { _, err := ins.Waiters(nil, "n"); return err }},               //nolint:staticcheck // on purpose
+		{"nil ctx limit", "ctx", func() error { _, err := ins.Limit(nil, "n"); return err }},                   //nolint:staticcheck // on purpose
+		{"nil ctx set limit", "ctx", func() error { return ins.SetLimit(nil, "n", 2) }},                        //nolint:staticcheck // on purpose
+		{"nil ctx names", "ctx", func() error { _, err := ins.Names(nil, "*"); return err }},                   //nolint:staticcheck // on purpose
+		{"empty name holders", "name", func() error { _, err := ins.Holders(ctx, ""); return err }},
+		{"empty name waiters", "name", func() error { _, err := ins.Waiters(ctx, ""); return err }},
+		{"empty name limit", "name", func() error { _, err := ins.Limit(ctx, ""); return err }},
+		{"empty name set limit", "name", func() error { return ins.SetLimit(ctx, "", 2) }},
+		{"negative set limit", "n", func() error { return ins.SetLimit(ctx, "n", -1) }},
+		{"set limit too large", "n", func() error { return ins.SetLimit(ctx, "n", 1<<40+1) }},
 		{"nil fn", "fn", func() error { return sem.Do(ctx, nil) }},
 		{"weight 0", "Weight", func() error { _, err := sem.TryAcquire(ctx, limiter.Weight(0)); return err }},
 		{"weight above limit", "Weight", func() error { _, err := sem.Acquire(ctx, limiter.Weight(4)); return err }},

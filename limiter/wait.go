@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // maxFallbackWait caps how long the head waiter sleeps without a wake-up
@@ -14,178 +16,252 @@ const maxFallbackWait = 2 * time.Second
 
 var errAcquireTimeout = errors.New("acquire timeout")
 
-// wait is Acquire's loop. The waiter joins the semaphore's queue in Redis
-// with its first attempt and is woken by the release (or the departure)
-// that makes room for it, in any process. Only the waiter at the head
-// also sets a timer, for leases that expire without a release; the
-// others rely on the wake-up, and on the refresher's keep-alive of their
-// queue entry, which also reports a turn whose wake-up was lost.
-func (s *Semaphore) wait(ctx context.Context, r acquireRequest, start time.Time) (*Lease, error) {
-	parent := ctx
-	// An attempt in flight when AcquireTimeout runs out may finish, for up
-	// to NodeTimeout more: a slow Redis is not a full semaphore, and a
-	// grant that arrives is used rather than thrown away.
-	attemptCtx := ctx
+// waiting is one Acquire's wait. The waiter joins the semaphore's queue in
+// Redis with its first attempt and is woken by the release (or the
+// departure) that makes room for it, in any process. Only the waiter at
+// the head also sets a timer, for leases that expire without a release;
+// the others rely on the wake-up, and on the refresher's keep-alive of
+// their queue entry, which also reports a turn whose wake-up was lost.
+type waiting struct {
+	s      *Semaphore
+	r      store.AcquireRequest
+	w      *waiter
+	parent context.Context // the caller's
+	ctx    context.Context // parent, bounded by AcquireTimeout
+	// attemptCtx bounds an attempt: one in flight when AcquireTimeout
+	// runs out may finish, for up to NodeTimeout more, since a slow Redis
+	// is not a full semaphore and a grant that arrives is used rather
+	// than thrown away.
+	attemptCtx context.Context
+	start      time.Time
+	attempts   int
+	answered   bool               // Redis answered an attempt
+	rep        store.AcquireReply // its last answer
+	subscribed bool               // wake-ups arrive (else: timers only)
+	// queued: the waiter is in the queue, kept alive by the refresher.
+	// unsure: an attempt failed without an answer, so it may have queued
+	// the waiter (or Redis may have granted it a lease since).
+	queued, unsure bool
+	timer          *time.Timer // only the head waiter needs one
+}
+
+// wait is Acquire's loop: an attempt, then a sleep until a wake-up, the
+// head's timer, or the end of the wait.
+func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, start time.Time) (*Lease, error) {
+	wt := &waiting{s: s, r: r, parent: ctx, ctx: ctx, attemptCtx: ctx, start: start, subscribed: true}
 	if s.cfg.acquireTimeout > 0 {
 		var cancel, cancelAttempt context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
+		wt.ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
 		defer cancel()
-		attemptCtx, cancelAttempt = context.WithTimeoutCause(parent, s.cfg.acquireTimeout+s.cfg.nodeWait(), errAcquireTimeout)
+		wt.attemptCtx, cancelAttempt = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout+s.cfg.nodeWait(), errAcquireTimeout)
 		defer cancelAttempt()
 	}
-	answered := false // has Redis answered any attempt
-	c := s.c
-	subscribed := true
-	if err := c.hub.ready(attemptCtx); err != nil {
-		if attemptCtx.Err() != nil || errors.Is(err, ErrClosed) {
-			return nil, s.gaveUp(parent, ctx, r, acquireReply{}, 0, false, start, err)
+	if err := s.c.hub.ready(wt.attemptCtx); err != nil {
+		if wt.attemptCtx.Err() != nil || errors.Is(err, ErrClosed) {
+			return nil, wt.gaveUp(err)
 		}
-		subscribed = false
+		wt.subscribed = false
 		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
 	}
-	waitID := r.id // made up, so unique; a given id may be asked for twice
-	if r.idGiven {
-		waitID = c.newID()
-	}
-	w := c.hub.add(s, waitID)
-	r.wait = w.id
-	// A release may grant the lease to this waiter directly when the
-	// lease id is the wait id and the refresher will extend the shorter
-	// life such a grant has (see takeHandoff). A TTL shorter than the
-	// queue entry's would often end before the handoff arrived, since the
-	// waiter's keep-alives are queueTTL/3 apart. With WaitReplicas the
-	// waiter acquires itself: a grant made by another Client's release
-	// is one it cannot confirm on the replicas.
-	r.handoff = !r.idGiven && s.cfg.refresh > 0 && s.cfg.ttl >= queueTTL && c.st.handsOver() && !s.cfg.replicas.on()
-	queued := false
-	// unsure: an attempt failed without an answer, so it may have queued
-	// the waiter (or Redis may have handed it a lease since).
-	unsure := false
-	defer func() {
-		c.refresher.remove(w)
-		c.hub.remove(w)
-		switch {
-		case queued:
-			s.leave(w.id)
-		case unsure:
-			// In the background: Redis is failing, and the caller should
-			// hear of it now. The entry would expire in queueTTL anyway.
-			c.spawn(func() { s.leave(w.id) })
-		}
-	}()
-	var timer *time.Timer // only the head waiter needs one
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-
-	for attempt := 1; ; attempt++ {
-		if attempt > 1 && !r.idGiven && !c.st.handsOver() {
-			// A quorum attempt that failed is rolled back, on nodes whose
-			// answer was lost by any token of its id, in the background:
-			// the next attempt takes another id, so that rollback can
-			// never remove what it is granted.
-			r.id = c.newID()
-		}
-		sent := time.Now()
-		l, rep, err := s.attempt(attemptCtx, r)
-		if err != nil && !queued {
-			unsure = true
-		}
-		switch {
-		case err != nil && attemptCtx.Err() != nil:
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
-		case err != nil && errors.As(err, new(*QuorumError)) && ctx.Done() != nil:
-			// A quorum that failed may come back (a node slow, restarting
-			// or failing over): try again while AcquireTimeout and ctx
-			// allow, and report this failure if they run out. A single
-			// Redis's failure is returned at once.
-			if !s.pause(ctx, s.cfg.nodeWait()) {
-				return nil, err
-			}
+	wt.join()
+	defer wt.finish()
+	for {
+		l, err, next := wt.try()
+		if next == retry {
 			continue
-		case err != nil:
-			return nil, err
-		case l != nil:
-			queued = false // the grant took it out of the queue
-			return l, nil
 		}
-		answered = true
-		w.queued(sent, rep.lastToken)
-		if ctx.Err() != nil { // the answer came after AcquireTimeout: full
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
+		if next == sleep {
+			l, err, next = wt.sleep()
 		}
-		if !queued {
-			queued = true
-			c.refresher.addWaiter(w)
-		}
-		if s.cfg.attempts > 0 && attempt >= s.cfg.attempts {
-			return nil, s.busy(r, rep, attempt, time.Since(start), true)
-		}
-		var fallback <-chan time.Time
-		if rep.head || !subscribed {
-			if timer == nil {
-				timer = time.NewTimer(fallbackWait(rep.retryIn))
-			} else {
-				timer.Reset(fallbackWait(rep.retryIn))
-			}
-			fallback = timer.C
-		}
-		select {
-		case <-w.wake:
-			if token, after := w.handoff(); token != "" {
-				if ctx.Err() != nil {
-					// The caller gave up as it was handed the lease (select
-					// picks either): give it back, passing the turn on.
-					s.forget(r.id, token)
-					queued = false
-					return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
-				}
-				l, err := s.takeHandoff(attemptCtx, r, token, after)
-				switch {
-				case err == nil:
-					queued = false // the grant took it out of the queue
-					return l, nil
-				case errors.Is(err, ErrClosed):
-					return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, ErrClosed)
-				}
-				// Too late for its local deadline, and given back: the
-				// next attempt queues again.
-			}
-			if ctx.Err() != nil { // AcquireTimeout ended as it was woken
-				return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
-			}
-		case <-fallback:
-		case <-ctx.Done():
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, nil)
-		case <-c.ctx.Done():
-			return nil, s.gaveUp(parent, ctx, r, rep, attempt, answered, start, ErrClosed)
-		}
-		if fallback != nil && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		if next == done {
+			return l, err
 		}
 	}
 }
 
-// takeHandoff makes the lease a release granted to the waiter of r with
-// token. Redis keeps it at least until the waiter's queue entry would
-// have expired, queueTTL after its last request answered "queued" (sent
-// at after), or its TTL if shorter; the refresher extends it about 2s
-// later (a short hold ends first), so a Redis outage in those seconds
+// step is what the wait does after an attempt or a sleep.
+type step int
+
+const (
+	done  step = iota // the wait is over, with a lease or an error
+	sleep             // queued: sleep until woken
+	retry             // try again now
+)
+
+// join registers the waiter, before its first attempt, so that a wake-up
+// arriving before that attempt's reply is kept. A release may grant the
+// lease to this waiter directly when the lease id is the wait id and the
+// refresher will extend the shorter life such a grant has (see
+// takeGrant). A TTL shorter than the queue entry's would often end before
+// the grant arrived, since the waiter's keep-alives are QueueTTL/3 apart.
+// With WaitReplicas the waiter acquires itself: a grant made by another
+// Client's release is one it cannot confirm on the replicas.
+func (wt *waiting) join() {
+	s, c := wt.s, wt.s.c
+	waitID := wt.r.ID // made up, so unique; a given id may be asked for twice
+	if wt.r.IDGiven {
+		waitID = c.newID()
+	}
+	wt.w = c.hub.join(s, waitID)
+	wt.r.Wait = wt.w.id
+	wt.r.DirectGrant = !wt.r.IDGiven && s.cfg.refresh > 0 && s.cfg.ttl >= store.QueueTTL && c.st.GrantsDirectly() && !s.cfg.replicas.On()
+}
+
+// finish takes the waiter out of this Client, and out of the queue when
+// it may be there.
+func (wt *waiting) finish() {
+	if wt.timer != nil {
+		wt.timer.Stop()
+	}
+	wt.w.leave()
+	switch {
+	case wt.queued:
+		wt.s.leave(wt.w.id)
+	case wt.unsure:
+		// In the background: Redis is failing, and the caller should
+		// hear of it now. The entry would expire in QueueTTL anyway.
+		wt.s.c.spawn(func() { wt.s.leave(wt.w.id) })
+	}
+}
+
+// try makes one attempt.
+func (wt *waiting) try() (l *Lease, err error, next step) {
+	s, c := wt.s, wt.s.c
+	wt.attempts++
+	if wt.attempts > 1 && !wt.r.IDGiven && !c.st.GrantsDirectly() {
+		// A quorum attempt that failed is rolled back, on nodes whose
+		// answer was lost by any token of its id, in the background: the
+		// next attempt takes another id, so that rollback can never
+		// remove what it is granted.
+		wt.r.ID = c.newID()
+	}
+	sent := time.Now()
+	l, wt.rep, err = s.attempt(wt.attemptCtx, wt.r)
+	if err != nil && !wt.queued {
+		wt.unsure = true
+	}
+	switch {
+	case err != nil && wt.attemptCtx.Err() != nil:
+		return nil, wt.gaveUp(nil), done
+	case err != nil && errors.As(err, new(*QuorumError)) && wt.ctx.Done() != nil:
+		// A quorum that failed may come back (a node slow, restarting or
+		// failing over): try again while AcquireTimeout and ctx allow,
+		// and report this failure if they run out. A single Redis's
+		// failure is returned at once.
+		if !s.pause(wt.ctx, s.cfg.nodeWait()) {
+			return nil, err, done
+		}
+		return nil, nil, retry
+	case err != nil:
+		return nil, err, done
+	case l != nil:
+		wt.queued = false // the grant took it out of the queue
+		return l, nil, done
+	}
+	wt.answered = true
+	wt.w.queued(sent, wt.rep.LastToken)
+	if wt.ctx.Err() != nil { // the answer came after AcquireTimeout: full
+		return nil, wt.gaveUp(nil), done
+	}
+	if !wt.queued {
+		wt.queued = true
+		wt.w.keepAlive()
+	}
+	if s.cfg.attempts > 0 && wt.attempts >= s.cfg.attempts {
+		return nil, s.busy(wt.r, wt.rep, wt.attempts, time.Since(wt.start), true), done
+	}
+	return nil, nil, sleep
+}
+
+// sleep waits for a wake-up (taking a direct grant it brings), the head's
+// timer, or the end of the wait.
+func (wt *waiting) sleep() (l *Lease, err error, next step) {
+	c := wt.s.c
+	var fallback <-chan time.Time
+	if wt.rep.Head || !wt.subscribed {
+		d := fallbackWait(wt.rep.RetryIn)
+		if wt.timer == nil {
+			wt.timer = time.NewTimer(d)
+		} else {
+			wt.timer.Reset(d)
+		}
+		fallback = wt.timer.C
+	}
+	defer func() {
+		if fallback != nil && !wt.timer.Stop() {
+			select {
+			case <-wt.timer.C:
+			default:
+			}
+		}
+	}()
+	select {
+	case <-wt.w.wake:
+		return wt.woken()
+	case <-fallback:
+		return nil, nil, retry
+	case <-wt.ctx.Done():
+		return nil, wt.gaveUp(nil), done
+	case <-c.ctx.Done():
+		return nil, wt.gaveUp(ErrClosed), done
+	}
+}
+
+// woken takes the lease a release granted the waiter directly, if any.
+func (wt *waiting) woken() (l *Lease, err error, next step) {
+	s := wt.s
+	if token, after := wt.w.grant(); token != "" {
+		if wt.ctx.Err() != nil {
+			// The caller gave up as it was granted the lease (select picks
+			// either): give it back, passing the turn on.
+			s.forget(wt.r.ID, token)
+			wt.queued = false
+			return nil, wt.gaveUp(nil), done
+		}
+		l, err := s.takeGrant(wt.attemptCtx, wt.r, token, after)
+		switch {
+		case err == nil:
+			wt.queued = false // the grant took it out of the queue
+			return l, nil, done
+		case errors.Is(err, ErrClosed):
+			return nil, wt.gaveUp(ErrClosed), done
+		}
+		// Too late for its local deadline, and given back: the next
+		// attempt queues again.
+	}
+	if wt.ctx.Err() != nil { // AcquireTimeout ended as it was woken
+		return nil, wt.gaveUp(nil), done
+	}
+	return nil, nil, retry
+}
+
+// gaveUp reports why a wait ended: our own timeout (busy only if Redis
+// answered at all), the Client's Close, or the caller's ctx.
+func (wt *waiting) gaveUp(err error) error {
+	s := wt.s
+	ownTimeout := wt.parent.Err() == nil && errors.Is(context.Cause(wt.ctx), errAcquireTimeout)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
+	case ownTimeout && !wt.answered:
+		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
+			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
+	case ownTimeout:
+		return s.busy(wt.r, wt.rep, wt.attempts, time.Since(wt.start), true)
+	}
+	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(wt.parent))
+}
+
+// takeGrant makes the lease a release granted directly to the waiter of
+// r, with token. Redis keeps it at least until the waiter's queue entry
+// would have expired, QueueTTL after its last request answered "queued"
+// (sent at after), or its TTL if shorter; the refresher extends it about
+// 2s later (a short hold ends first), so a Redis outage in those seconds
 // ends it sooner than an acquired lease. A lease that cannot be used (its
 // local deadline passed, the Client closing) is given back.
-func (s *Semaphore) takeHandoff(ctx context.Context, r acquireRequest, token string, after time.Time) (*Lease, error) {
-	rep := acquireReply{granted: true, token: token, weight: r.weight}
-	l, err := newLease(ctx, s, r.id, false, rep, after, min(s.cfg.ttl, queueTTL))
-	if err != nil {
-		s.forget(r.id, token)
-		return nil, err
-	}
-	return l, nil
+func (s *Semaphore) takeGrant(ctx context.Context, r store.AcquireRequest, token string, after time.Time) (*Lease, error) {
+	rep := store.AcquireReply{Granted: true, Token: token, Weight: r.Weight}
+	return s.adopt(ctx, "acquire", r.ID, false, rep, after, min(s.cfg.ttl, store.QueueTTL))
 }
 
 // pause waits d (with jitter, so that retrying clients spread out), and
@@ -207,27 +283,12 @@ func (s *Semaphore) pause(ctx context.Context, d time.Duration) bool {
 func (s *Semaphore) leave(wait string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	woken, err := bounded(s.c, ctx, func() ([]string, error) { return s.c.st.leave(ctx, s.keys, wait, s.c.channel) })
+	woken, err := bounded(s.c, ctx, func() ([]string, error) { return s.c.st.Leave(ctx, s.keys, wait, s.c.channel) })
 	if err != nil {
-		// The entry expires by itself within queueTTL.
+		// The entry expires by itself within QueueTTL.
 		s.cfg.logger.Debug("redsem: leaving the queue failed", "name", s.name, "err", err)
 	}
 	s.c.hub.wake(woken)
-}
-
-// gaveUp reports why a wait ended: our own timeout (busy only if Redis
-// answered at all), the Client's Close, or the caller's ctx.
-func (s *Semaphore) gaveUp(parent, ctx context.Context, r acquireRequest, rep acquireReply, attempts int, answered bool, start time.Time, err error) error {
-	switch {
-	case errors.Is(err, ErrClosed):
-		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
-	case parent.Err() == nil && !answered && errors.Is(context.Cause(ctx), errAcquireTimeout):
-		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
-			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
-	case parent.Err() == nil && errors.Is(context.Cause(ctx), errAcquireTimeout):
-		return s.busy(r, rep, attempts, time.Since(start), true)
-	}
-	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(parent))
 }
 
 func fallbackWait(retryIn time.Duration) time.Duration {

@@ -82,30 +82,30 @@ type adopter struct {
 // keepBudget bounds keeping a lock for a retry.
 const keepBudget = 5 * time.Second
 
-// handoff is what a task's headers say about its lock.
-type handoff struct {
+// handover is what a task's headers say about its lock.
+type handover struct {
 	job    string
 	ticket limiter.Ticket
 	limit  int64
 	pickup time.Duration // the job's TTL
 }
 
-func parseHandoff(h map[string]string) (handoff, error) {
+func parseHandover(h map[string]string) (handover, error) {
 	ticket, err := limiter.ParseTicket(h[headerTicket])
 	if err != nil {
-		return handoff{}, err
+		return handover{}, err
 	}
 	limit, err := strconv.ParseInt(h[headerLimit], 10, 64)
 	if err != nil || limit < 1 {
-		return handoff{}, &limiter.ArgumentError{Arg: headerLimit, Value: h[headerLimit], Reason: "must be a number >= 1"}
+		return handover{}, &limiter.ArgumentError{Arg: headerLimit, Value: h[headerLimit], Reason: "must be a number >= 1"}
 	}
 	pickup := defaultLockTTL
 	if v, ok := h[headerTTL]; ok {
 		if pickup, err = time.ParseDuration(v); err != nil || pickup <= 0 {
-			return handoff{}, &limiter.ArgumentError{Arg: headerTTL, Value: v, Reason: "must be a duration > 0"}
+			return handover{}, &limiter.ArgumentError{Arg: headerTTL, Value: v, Reason: "must be a duration > 0"}
 		}
 	}
-	return handoff{job: h[headerJob], ticket: ticket, limit: limit, pickup: pickup}, nil
+	return handover{job: h[headerJob], ticket: ticket, limit: limit, pickup: pickup}, nil
 }
 
 // errRunning: an earlier run of the tick still holds the lock.
@@ -117,7 +117,7 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			return next.ProcessTask(ctx, t)
 		}
 		job := t.Headers()[headerJob]
-		ho, err := parseHandoff(t.Headers())
+		ho, err := parseHandover(t.Headers())
 		var lease *limiter.Lease
 		if err == nil {
 			lease, err = a.adopt(ctx, ho)
@@ -172,7 +172,7 @@ func willRetry(ctx context.Context, err error) bool {
 // ticket of the id takes a parked lease). It returns an error matching
 // limiter.ErrNotHeld when the lock is gone, errRunning when an earlier
 // run still holds it.
-func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error) {
+func (a *adopter) adopt(ctx context.Context, ho handover) (*limiter.Lease, error) {
 	sem, err := a.opts.lock(a.lc, ho.ticket.Name, ho.limit, a.opts.ttl, true)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 	if !errors.Is(err, limiter.ErrNotHeld) {
 		return lease, err
 	}
-	holders, herr := sem.Holders(ctx)
+	holders, herr := a.lc.Inspector().Holders(ctx, ho.ticket.Name)
 	if herr != nil {
 		return nil, herr
 	}
@@ -197,7 +197,7 @@ func (a *adopter) adopt(ctx context.Context, ho handoff) (*limiter.Lease, error)
 // task's error, or nil if the lock could not be kept (Run then releases
 // it by its old token, which no longer matches if the park landed after
 // all: then the retry still finds it parked).
-func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handoff, t *asynq.Task, herr error) *asynqmw.RetryError {
+func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handover, t *asynq.Task, herr error) *asynqmw.RetryError {
 	n, _ := asynq.GetRetryCount(ctx)
 	delay := max(a.opts.retryDelay(n, herr, t), 0)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)

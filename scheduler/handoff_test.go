@@ -22,12 +22,12 @@ func TestHandoffToWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := scheduler.Job{Name: "export", TaskType: "export", TTL: 30 * time.Second}
-	lock, _ := e.lc.Mutex("export")
+	in := e.lc.Inspector()
 	release := make(chan struct{})
 	held := make(chan []limiter.Holder, 1)
 	tokens := make(chan int64, 1)
 	e.worker(t, func(ctx context.Context, task *asynq.Task) error {
-		hs, _ := lock.Holders(ctx)
+		hs, _ := in.Holders(ctx, "export")
 		held <- hs
 		if l, ok := limiter.LeaseFrom(ctx); ok {
 			tokens <- l.Token()
@@ -53,7 +53,7 @@ func TestHandoffToWorker(t *testing.T) {
 	}
 	close(release)
 	redistest.Eventually(t, 10*time.Second, "the worker releases the lock", func() bool {
-		n, _ := lock.Available(ctx)
+		n, _ := available(ctx, in, "export", 1)
 		return n == 1
 	})
 	if e.metrics.Count("export", scheduler.EventAdopted) != 1 || e.metrics.Count("export", scheduler.EventSkippedBusy) != 1 {
@@ -91,7 +91,7 @@ func TestExpiredTicketIsSkipped(t *testing.T) {
 func TestLostLockCancelsHandler(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	s, _ := scheduler.New(e.lc, e.client, scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
+	s, _ := scheduler.New(e.lc, e.client)
 	cause := make(chan error, 1)
 	started := make(chan struct{})
 	e.worker(t, func(ctx context.Context, _ *asynq.Task) error {
@@ -99,12 +99,12 @@ func TestLostLockCancelsHandler(t *testing.T) {
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return nil
-	}, scheduler.WorkerTTL(time.Second), scheduler.LimiterOptions(limiter.Prefix("sched-lost:")))
+	}, scheduler.WorkerTTL(time.Second))
 	if _, err := s.Enqueue(ctx, scheduler.Job{Name: "lost", TaskType: "lost"}); err != nil {
 		t.Fatal(err)
 	}
 	<-started
-	keys, _ := e.rdb.Keys(ctx, "sched-lost:*").Result()
+	keys, _ := e.rdb.Keys(ctx, limiter.DefaultPrefix+"*").Result()
 	e.rdb.Del(ctx, keys...)
 	select {
 	case err := <-cause:
@@ -137,9 +137,8 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	}
 	<-returned
 	back := time.Now()
-	lock, _ := e.lc.Mutex("zombie")
 	redistest.Eventually(t, 10*time.Second, "the lock is released", func() bool {
-		n, _ := lock.Available(ctx)
+		n, _ := available(ctx, e.lc.Inspector(), "zombie", 1)
 		return n == 1
 	})
 	if took := time.Since(back); took > 3*time.Second {

@@ -178,7 +178,7 @@ func TestBinary(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &sl); err != nil || sl.FleetLimit == nil || *sl.FleetLimit != 1 || !sl.Fleet || sl.Previous != nil {
 		t.Fatalf("limit -json jobs 1: %v\n%s", err, r.stdout)
 	}
-	if n, fleet, err := f.sem(t, "jobs", 5).EffectiveLimit(f.ctx()); n != 1 || !fleet || err != nil {
+	if n, fleet, err := f.effectiveLimit(f.sem(t, "jobs", 5)); n != 1 || !fleet || err != nil {
 		t.Errorf("after the binary's limit jobs 1: EffectiveLimit %d, %v, %v", n, fleet, err)
 	}
 	if r = limit("jobs"); r.stdout != "jobs: limit 1 (fleet)\n" {
@@ -192,7 +192,7 @@ func TestBinary(t *testing.T) {
 	if r = limit("jobs", "0"); !strings.Contains(r.stdout, "jobs: fleet limit cleared (was 1)") {
 		t.Errorf("limit jobs 0:\n%s", r.stdout)
 	}
-	if n, fleet, err := f.sem(t, "jobs", 5).EffectiveLimit(f.ctx()); n != 5 || fleet || err != nil {
+	if n, fleet, err := f.effectiveLimit(f.sem(t, "jobs", 5)); n != 5 || fleet || err != nil {
 		t.Errorf("after the binary's limit jobs 0: EffectiveLimit %d, %v, %v", n, fleet, err)
 	}
 	r = limit("-json", "jobs")

@@ -36,7 +36,7 @@ func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
 	a = f.hold(t, jobs, "a", 2)
 	b = f.hold(t, jobs, "b", 1)
 	api := f.sem(t, "api:github", 10)
-	if err := api.SetLimit(f.ctx(), 3); err != nil {
+	if err := f.holder.Inspector().SetLimit(f.ctx(), api.Name(), 3); err != nil {
 		t.Fatal(err)
 	}
 	x = f.hold(t, api, "x", 1)
@@ -247,7 +247,7 @@ func TestLimit(t *testing.T) {
 	if !strings.Contains(out, "jobs: fleet limit 2 (was -)") || !strings.Contains(out, "3 permits are in use") {
 		t.Errorf("limit jobs 2:\n%s", out)
 	}
-	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 2 || !fleet {
+	if n, fleet, err := f.effectiveLimit(jobs); err != nil || n != 2 || !fleet {
 		t.Fatalf("after limit 2: EffectiveLimit = %d, %v, %v", n, fleet, err)
 	}
 	out = read("jobs", true)
@@ -258,7 +258,7 @@ func TestLimit(t *testing.T) {
 	if _, err := jobs.TryAcquire(f.ctx()); !errors.Is(err, limiter.ErrBusy) {
 		t.Errorf("TryAcquire under fleet limit 2 with 3 in use: %v, want ErrBusy", err)
 	}
-	if hs, err := jobs.Holders(f.ctx()); err != nil || len(hs) != 2 {
+	if hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs"); err != nil || len(hs) != 2 {
 		t.Errorf("holders after lowering the limit: %v, %v", hs, err)
 	}
 
@@ -276,7 +276,7 @@ func TestLimit(t *testing.T) {
 	if !strings.Contains(out, "fleet limit cleared (was 4)") {
 		t.Errorf("limit jobs 0:\n%s", out)
 	}
-	if n, fleet, err := jobs.EffectiveLimit(f.ctx()); err != nil || n != 5 || fleet {
+	if n, fleet, err := f.effectiveLimit(jobs); err != nil || n != 5 || fleet {
 		t.Errorf("after limit 0: EffectiveLimit = %d, %v, %v; want the constructor's 5", n, fleet, err)
 	}
 	if out := read("jobs", false); !strings.HasPrefix(out, "jobs: limit - ") {
@@ -321,7 +321,7 @@ func TestRelease(t *testing.T) {
 	if !strings.HasPrefix(out, want) || !strings.Contains(out, "next refresh") {
 		t.Errorf("release jobs a:\n%s\nwant it to start %q", out, want)
 	}
-	hs, err := jobs.Holders(f.ctx())
+	hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs")
 	ids := map[string]bool{}
 	for _, h := range hs {
 		ids[h.ID] = true
@@ -338,7 +338,7 @@ func TestRelease(t *testing.T) {
 		t.Error("the waiter was not granted the released permits")
 	}
 	select { // and the holder learns at its next refresh
-	case <-a.Done():
+	case <-a.Context().Done():
 		if !errors.Is(a.Err(), limiter.ErrLeaseLost) {
 			t.Errorf("released holder's Err = %v, want ErrLeaseLost", a.Err())
 		}
@@ -359,19 +359,33 @@ func TestRelease(t *testing.T) {
 	if r.Name != "jobs" || r.Released.ID != "b" || r.Released.Weight != 1 || r.Released.Token != b.Token() {
 		t.Errorf("release -json jobs b:\n%s", out)
 	}
-	if hs, err := jobs.Holders(f.ctx()); err != nil || len(hs) != 0 {
+	if hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs"); err != nil || len(hs) != 0 {
 		t.Errorf("holders after release b: %+v, %v", hs, err)
 	}
 }
 
-// grantingSem is a semaphore whose first waiter is granted right after
-// the first read of the queue: the race between the limiter's separate
-// reads of queue and holders, made certain.
-type grantingSem struct{ queueReads, holderReads int }
+// grantingSem is a reader (an Inspector) of a semaphore whose first
+// waiter is granted right after the first read of the queue: the race
+// between the limiter's separate reads of queue and holders, made
+// certain. It has no fleet limit; other names it records in wrongNames.
+type grantingSem struct {
+	queueReads, holderReads int
+	wrongNames              []string
+}
 
-func (g *grantingSem) EffectiveLimit(context.Context) (int64, bool, error) { return 1, false, nil }
+func (g *grantingSem) check(name string) {
+	if name != "jobs" {
+		g.wrongNames = append(g.wrongNames, name)
+	}
+}
 
-func (g *grantingSem) Waiters(context.Context) ([]limiter.Waiter, error) {
+func (g *grantingSem) Limit(_ context.Context, name string) (int64, error) {
+	g.check(name)
+	return 0, nil
+}
+
+func (g *grantingSem) Waiters(_ context.Context, name string) ([]limiter.Waiter, error) {
+	g.check(name)
 	g.queueReads++
 	if g.queueReads == 1 { // before the grant
 		return []limiter.Waiter{{ID: "w", Weight: 1, TTL: time.Second}, {ID: "v", Weight: 1, TTL: time.Second}}, nil
@@ -379,7 +393,8 @@ func (g *grantingSem) Waiters(context.Context) ([]limiter.Waiter, error) {
 	return []limiter.Waiter{{ID: "v", Weight: 1, TTL: time.Second}}, nil
 }
 
-func (g *grantingSem) Holders(context.Context) ([]limiter.Holder, error) {
+func (g *grantingSem) Holders(_ context.Context, name string) ([]limiter.Holder, error) {
+	g.check(name)
 	g.holderReads++
 	return []limiter.Holder{{ID: "w", Weight: 1, Token: 7, TTL: time.Second}}, nil
 }
@@ -388,7 +403,7 @@ func (g *grantingSem) Holders(context.Context) ([]limiter.Holder, error) {
 // in the queue.
 func TestInspectGrantBetweenReads(t *testing.T) {
 	g := &grantingSem{}
-	st, err := inspectSem(context.Background(), "jobs", g)
+	st, err := inspectWith(context.Background(), g, "jobs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,6 +413,9 @@ func TestInspectGrantBetweenReads(t *testing.T) {
 	if g.holderReads != 2 || g.queueReads != 3 {
 		t.Errorf("read the holders %d times and the queue %d times, want 2 and 3", g.holderReads, g.queueReads)
 	}
+	if st.FleetLimit != nil || len(g.wrongNames) > 0 {
+		t.Errorf("inspect: fleet limit %v, read names %q; want none, and only jobs read", st.FleetLimit, g.wrongNames)
+	}
 }
 
 // Clearing a fleet limit wakes at once the waiters that fit under their
@@ -405,7 +423,7 @@ func TestInspectGrantBetweenReads(t *testing.T) {
 func TestLimitClearWakesWaiters(t *testing.T) {
 	f := newFixture(t)
 	jobs := f.sem(t, "jobs", 3, limiter.AcquireTimeout(0))
-	if err := jobs.SetLimit(f.ctx(), 1); err != nil {
+	if err := f.holder.Inspector().SetLimit(f.ctx(), "jobs", 1); err != nil {
 		t.Fatal(err)
 	}
 	f.hold(t, jobs, "a", 1)
@@ -416,7 +434,7 @@ func TestLimitClearWakesWaiters(t *testing.T) {
 		}
 	}()
 	redistest.Eventually(t, 5*time.Second, "a waiter in the queue", func() bool {
-		ws, err := jobs.Waiters(f.ctx())
+		ws, err := f.holder.Inspector().Waiters(f.ctx(), "jobs")
 		return err == nil && len(ws) == 1
 	})
 	f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 0, false) })

@@ -36,7 +36,7 @@
 // neither gives a password.
 //
 // The LIMIT that ls, show and limit print is the fleet limit stored in
-// Redis by limit NAME N (Semaphore.SetLimit), which overrides every
+// Redis by limit NAME N (Inspector.SetLimit), which overrides every
 // process's own limit. When none is set they print "-": each process then
 // checks acquisitions against the limit its code passed to
 // Client.Semaphore, which is not stored in Redis, so redsem cannot know

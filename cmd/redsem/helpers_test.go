@@ -53,6 +53,17 @@ func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.Op
 	return s
 }
 
+// effectiveLimit is the limit s's grants obey, as the holder's Inspector
+// reads it: the fleet-wide limit (fleet true) when one is set, else s's
+// own.
+func (f *fixture) effectiveLimit(s *limiter.Semaphore) (limit int64, fleet bool, err error) {
+	n, err := f.holder.Inspector().Limit(f.ctx(), s.Name())
+	if err != nil || n == 0 {
+		return s.Limit(), false, err
+	}
+	return n, true, nil
+}
+
 // hold acquires a lease with that id and weight, or fails the test.
 func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int64) *limiter.Lease {
 	t.Helper()
@@ -82,7 +93,8 @@ func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weights ...int64) []
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() }) // before the Clients close
-	before, err := s.Waiters(f.ctx())
+	in := f.holder.Inspector()
+	before, err := in.Waiters(f.ctx(), s.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +108,7 @@ func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weights ...int64) []
 			}
 		}()
 		redistest.Eventually(t, 5*time.Second, "a waiter in the queue", func() bool {
-			ws, err = s.Waiters(f.ctx())
+			ws, err = in.Waiters(f.ctx(), s.Name())
 			return err == nil && len(ws) == len(before)+i+1
 		})
 	}

@@ -54,52 +54,32 @@ const inspectTries = 3
 // script, so when the queue is the same on both sides of the holders no
 // waiter listed was granted while they were read.
 func inspect(ctx context.Context, c *limiter.Client, name string) (semState, error) {
-	sem, err := semOf(c, name)
-	if err != nil {
-		return semState{}, err
-	}
-	return inspectSem(ctx, name, sem)
+	return inspectWith(ctx, c.Inspector(), name)
 }
 
-// anyLimit is the largest limit the limiter accepts (2^40).
-const anyLimit = 1 << 40
-
-// semOf returns the Semaphore of name that redsem reads, sets the fleet
-// limit of and releases leases of. It never acquires, so its own limit
-// is made up: the largest, because ReleaseTicket refuses a ticket heavier
-// than it. Reads ignore it: EffectiveLimit says whether a fleet limit
-// overrides it.
-func semOf(c *limiter.Client, name string) (*limiter.Semaphore, error) {
-	return c.Semaphore(name, anyLimit)
+// reader is what inspect reads of a *limiter.Inspector.
+type reader interface {
+	Limit(ctx context.Context, name string) (int64, error)
+	Waiters(ctx context.Context, name string) ([]limiter.Waiter, error)
+	Holders(ctx context.Context, name string) ([]limiter.Holder, error)
 }
 
-// semReader is what inspect reads of a *limiter.Semaphore.
-type semReader interface {
-	limitReader
-	Waiters(ctx context.Context) ([]limiter.Waiter, error)
-	Holders(ctx context.Context) ([]limiter.Holder, error)
-}
-
-type limitReader interface {
-	EffectiveLimit(ctx context.Context) (int64, bool, error)
-}
-
-func inspectSem(ctx context.Context, name string, sem semReader) (semState, error) {
+func inspectWith(ctx context.Context, r reader, name string) (semState, error) {
 	st := semState{Name: name, Holders: []holderInfo{}, Waiters: []waiterInfo{}}
 	var err error
-	if st.FleetLimit, err = fleetLimitOf(ctx, sem); err != nil {
+	if st.FleetLimit, err = fleetLimitOf(ctx, r, name); err != nil {
 		return st, err
 	}
-	ws, err := sem.Waiters(ctx)
+	ws, err := r.Waiters(ctx, name)
 	if err != nil {
 		return st, err
 	}
 	var hs []limiter.Holder
 	for range inspectTries {
-		if hs, err = sem.Holders(ctx); err != nil {
+		if hs, err = r.Holders(ctx, name); err != nil {
 			return st, err
 		}
-		after, err := sem.Waiters(ctx)
+		after, err := r.Waiters(ctx, name)
 		if err != nil {
 			return st, err
 		}
@@ -116,15 +96,16 @@ func inspectSem(ctx context.Context, name string, sem semReader) (semState, erro
 	return st, nil
 }
 
-// fleetLimitOf reads sem's fleet limit: nil when none is set. The
-// Semaphore's own limit is not the processes' (redsem makes it up), so
-// only a fleet limit is reported.
-func fleetLimitOf(ctx context.Context, sem limitReader) (*int64, error) {
-	limit, fleet, err := sem.EffectiveLimit(ctx)
-	if err != nil || !fleet {
+// fleetLimitOf reads name's fleet limit: nil when none is set (each
+// process then uses its own, which Redis does not know).
+func fleetLimitOf(ctx context.Context, r interface {
+	Limit(ctx context.Context, name string) (int64, error)
+}, name string) (*int64, error) {
+	n, err := r.Limit(ctx, name)
+	if err != nil || n == 0 {
 		return nil, err
 	}
-	return &limit, nil
+	return &n, nil
 }
 
 // holdersOf lists hs oldest grant (lowest fencing token) first, and the

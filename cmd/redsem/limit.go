@@ -28,11 +28,7 @@ type setLimitResult struct {
 // readLimit prints the limit that name's grants obey when it is a fleet
 // limit, and "-" when none is set.
 func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	sem, err := semOf(c, name)
-	if err != nil {
-		return err
-	}
-	r, err := readLimitInfo(ctx, sem)
+	r, err := readLimitInfo(ctx, c.Inspector(), name)
 	if err != nil {
 		return err
 	}
@@ -47,9 +43,9 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 	return err
 }
 
-func readLimitInfo(ctx context.Context, sem *limiter.Semaphore) (limitInfo, error) {
-	l, err := fleetLimitOf(ctx, sem)
-	return limitInfo{Name: sem.Name(), FleetLimit: l, Fleet: l != nil}, err
+func readLimitInfo(ctx context.Context, in *limiter.Inspector, name string) (limitInfo, error) {
+	l, err := fleetLimitOf(ctx, in, name)
+	return limitInfo{Name: name, FleetLimit: l, Fleet: l != nil}, err
 }
 
 // setLimit stores n as the fleet-wide limit of name (0 clears it), reads
@@ -57,22 +53,19 @@ func readLimitInfo(ctx context.Context, sem *limiter.Semaphore) (limitInfo, erro
 // Holders are never evicted: above the new limit, new grants wait until
 // the permits in use fit.
 func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, n int64, asJSON bool) error {
-	sem, err := semOf(c, name)
+	in := c.Inspector()
+	previous, err := fleetLimitOf(ctx, in, name)
 	if err != nil {
 		return err
 	}
-	previous, err := fleetLimitOf(ctx, sem)
+	hs, err := in.Holders(ctx, name)
 	if err != nil {
 		return err
 	}
-	hs, err := sem.Holders(ctx)
-	if err != nil {
+	if err := in.SetLimit(ctx, name, n); err != nil {
 		return err
 	}
-	if err := sem.SetLimit(ctx, n); err != nil {
-		return err
-	}
-	after, err := readLimitInfo(ctx, sem)
+	after, err := readLimitInfo(ctx, in, name)
 	if err != nil {
 		return err
 	}

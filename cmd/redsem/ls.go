@@ -25,7 +25,7 @@ const lsParallel = 16
 // ls lists the semaphores under the Client's prefix whose names match the
 // glob pattern ("" = all), sorted by name.
 func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJSON bool) error {
-	names, err := c.Names(ctx, pattern) // sorted
+	names, err := c.Inspector().Names(ctx, pattern) // sorted
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id strin
 	if err != nil {
 		return err
 	}
-	hs, err := sem.Holders(ctx)
+	hs, err := c.Inspector().Holders(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -47,4 +47,14 @@ func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id strin
 	_, err = fmt.Fprintf(w, "%s: released lease %s (weight %d, token %d, %s left); its holder learns of the loss at its next refresh\n",
 		name, id, h.Weight, h.Token, ttlText(h.TTLms))
 	return err
+}
+
+// anyLimit is the largest limit the limiter accepts (2^40).
+const anyLimit = 1 << 40
+
+// semOf returns the Semaphore of name that release gives a lease back
+// through. It never acquires, so its own limit is made up: the largest,
+// because ReleaseTicket refuses a ticket heavier than it.
+func semOf(c *limiter.Client, name string) (*limiter.Semaphore, error) {
+	return c.Semaphore(name, anyLimit)
 }

@@ -19,12 +19,13 @@ import (
 // believes it does.
 
 // acquireSHA is the hash of the acquire script as the limiter sends it
-// (its shared prelude, then its body: limiter/scripts.go). The test runs
-// in its package's directory, so the limiter's sources are at ../../limiter.
+// by EVALSHA (its shared prelude, then its body:
+// limiter/internal/redisstore/scripts.go). The test runs in its package's
+// directory, so the scripts are at ../../limiter/internal/redisstore.
 func acquireSHA() (string, error) {
 	var body strings.Builder
 	for _, f := range []string{"common.lua", "acquire.lua"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "limiter", f))
+		b, err := os.ReadFile(filepath.Join("..", "..", "limiter", "internal", "redisstore", f))
 		if err != nil {
 			return "", err
 		}

@@ -11,15 +11,11 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// semaphore returns the parent's own view of the scenario's semaphore on
-// a single node, to watch what Redis holds.
-func semaphore(t *testing.T, srv *redistest.Server, s spec) *limiter.Semaphore {
+// inspector returns the parent's own Inspector of a single node, to watch
+// what Redis holds.
+func inspector(t *testing.T, srv *redistest.Server) *limiter.Inspector {
 	t.Helper()
-	sem, err := redistest.Limiter(t, srv.Client(t)).Semaphore(s.semName(), s.limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sem
+	return redistest.Limiter(t, srv.Client(t)).Inspector()
 }
 
 // A worker killed -9 mid-hold: its permits come back when its leases'
@@ -31,13 +27,13 @@ func kill9(t *testing.T, sz size) {
 	srv := redistest.StartServer(t)
 	var s spec
 	s = weighted("kill-9", sz, single(srv), func(t *testing.T, r *run) {
-		sem := semaphore(t, srv, s)
+		ins := inspector(t, srv)
 		faults(sz, func(victim int) {
 			g := r.waitHolding(t, fmt.Sprintf("in worker %d", victim), func(g record) bool {
 				return g.proc == victim && g.hold >= 300*time.Millisecond
 			})
 			r.kill(t, victim)
-			r.note("worker %d killed: %s", victim, permitsBack(t, sem, clientOf(g.lease)))
+			r.note("worker %d killed: %s", victim, permitsBack(t, ins, s.semName(), clientOf(g.lease)))
 		})
 	})
 	addRow(runScenario(t, sz, s))
@@ -48,10 +44,10 @@ func kill9(t *testing.T, sz size) {
 func clientOf(id string) string { return id[:strings.LastIndexByte(id, '.')+1] }
 
 // permitsBack watches Redis until no lease and no queue entry of the dead
-// Client is left, and says how long each took. The goal for leases is
+// Client is left in the semaphore name, and says how long each took. The goal for leases is
 // their TTL and a second; it is printed, not asserted (timing claims
 // belong in benchmarks), but a lease that never goes fails the test.
-func permitsBack(t *testing.T, sem *limiter.Semaphore, dead string) string {
+func permitsBack(t *testing.T, ins *limiter.Inspector, name, dead string) string {
 	t.Helper()
 	start := time.Now()
 	var leases, waiters time.Duration
@@ -61,11 +57,11 @@ func permitsBack(t *testing.T, sem *limiter.Semaphore, dead string) string {
 		if time.Since(start) > longestTTL+10*time.Second {
 			t.Fatalf("the killed worker's leases or queue entries still in Redis %v later", time.Since(start))
 		}
-		hs, err := sem.Holders(ctx)
+		hs, err := ins.Holders(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ws, err := sem.Waiters(ctx)
+		ws, err := ins.Waiters(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}

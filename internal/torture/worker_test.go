@@ -300,7 +300,7 @@ func (w *worker) once(ctx context.Context, long bool) error {
 	}
 	timer := time.NewTimer(hold)
 	defer timer.Stop()
-	done := l.Done()
+	done := l.Context().Done()
 	if w.cfg.Broken {
 		done = nil // never told
 	}

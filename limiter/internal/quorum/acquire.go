@@ -1,0 +1,161 @@
+package quorum
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redsem/redsem/limiter/internal/redisstore"
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// votes is what the nodes answered one acquire attempt.
+type votes struct {
+	replies               []store.AcquireReply
+	errs                  []error
+	granted, busy, failed []int
+}
+
+func (v *votes) count(a nodeAnswer[store.AcquireReply]) {
+	v.replies[a.i], v.errs[a.i] = a.v, a.err
+	switch {
+	case a.err != nil:
+		v.failed = append(v.failed, a.i)
+	case a.v.Granted:
+		v.granted = append(v.granted, a.i)
+	default:
+		v.busy = append(v.busy, a.i)
+	}
+}
+
+// Acquire asks every node, and holds the lease when a quorum granted it
+// in time under one token; otherwise it gives back what the attempt was
+// granted. Whatever the outcome, a node that took the waiter out of its
+// queue woke those behind it: the caller's own are in the reply.
+func (q *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRequest) (store.AcquireReply, error) {
+	start := time.Now()
+	r.Proposed = q.proposal()
+	v := q.vote(ctx, k, r)
+	rep, err := q.decide(ctx, k, r, v, time.Since(start))
+	for _, node := range v.replies {
+		rep.Woken = union(rep.Woken, node.Woken)
+	}
+	return rep, err
+}
+
+// vote asks every node to grant r. It stops early only when enough nodes
+// are full to rule out a quorum. A grant is waited for on every node:
+// returning at a quorum would let a slow node's grant land after the
+// lease was released, holding a permit there until the TTL. With
+// failures, every node is heard so that the error names them.
+func (q *Store) vote(ctx context.Context, k store.Keyspace, r store.AcquireRequest) *votes {
+	n, quorum := len(q.nodes), q.quorum(k)
+	v := &votes{replies: make([]store.AcquireReply, n), errs: make([]error, n)}
+	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisstore.Store) (store.AcquireReply, error) {
+		return node.Acquire(ctx, k, r)
+	}, func(a nodeAnswer[store.AcquireReply]) bool {
+		v.count(a)
+		return len(v.busy) > n-quorum
+	}, func(a nodeAnswer[store.AcquireReply]) {
+		// A grant after the outcome is given back, by its own token so
+		// that no later attempt with the same id is touched (a lease the
+		// id already held stays with its holder). (Kept for an attempt
+		// that won, it would outlive a release that came first; the
+		// lease's next refresh grants it there again: regain.)
+		if a.err == nil && a.v.Granted && !a.v.Existed {
+			q.releaseOn(k, r.ID, map[int]string{a.i: a.v.Token})
+		}
+	})
+	return v
+}
+
+// decide turns the votes into a grant, a full semaphore or a failure.
+func (q *Store) decide(ctx context.Context, k store.Keyspace, r store.AcquireRequest, v *votes, elapsed time.Duration) (store.AcquireReply, error) {
+	for _, i := range v.busy {
+		if v.replies[i].HeldWeight > 0 {
+			return v.replies[i], nil
+		}
+	}
+	quorum := q.quorum(k)
+	var tok string
+	var on []int
+	if len(v.granted) >= quorum && r.TTL-elapsed-q.cfg.Drift(r.TTL) > 0 {
+		if tok, on = q.agree(k, r.ID, v.replies, v.granted); len(on) >= quorum {
+			return q.won(k, r, v, tok), nil
+		}
+	}
+	q.rollback(k, r, v, tok, on)
+	switch {
+	case ctx.Err() != nil:
+		return store.AcquireReply{}, context.Cause(ctx)
+	case len(v.failed) <= len(q.nodes)-quorum:
+		// Failures alone do not rule out a quorum: the semaphore is full
+		// (or we were too slow for the TTL); wait as on a single node,
+		// on a timer too, since nodes do not queue in order.
+		return q.full(v), nil
+	}
+	return store.AcquireReply{}, q.error(quorum, "acquire", len(v.granted), v.busy, v.errs)
+}
+
+// won is the grant of a quorum that agreed on tok. The nodes that were
+// full queued the waiter; a queue entry left there would take up the
+// room of real waiters, so it leaves them, in the background.
+func (q *Store) won(k store.Keyspace, r store.AcquireRequest, v *votes, tok string) store.AcquireReply {
+	if r.Wait != "" && len(v.busy) > 0 {
+		q.cfg.Spawn(func() {
+			gather(context.Background(), q, v.busy, func(ctx context.Context, _ int, n *redisstore.Store) ([]string, error) {
+				return n.Leave(ctx, k, r.Wait, r.Channel)
+			}, func(nodeAnswer[[]string]) bool { return false }, nil)
+		})
+	}
+	first := v.replies[v.granted[0]]
+	rep := store.AcquireReply{Granted: true, Token: tok, Weight: first.Weight, Free: first.Free}
+	for _, i := range v.granted {
+		rep.Free = min(rep.Free, v.replies[i].Free)
+	}
+	return rep
+}
+
+// rollback gives back the leases the attempt created (by the token each
+// node holds it under: tok on the nodes in on; a lease the id already
+// held stays with its holder), and, for a random id, what a failed node
+// may have granted with its reply lost.
+func (q *Store) rollback(k store.Keyspace, r store.AcquireRequest, v *votes, tok string, on []int) {
+	undo := map[int]string{}
+	for _, i := range v.granted {
+		if !v.replies[i].Existed {
+			undo[i] = v.replies[i].Token
+		}
+	}
+	for _, i := range on {
+		if _, ok := undo[i]; ok {
+			undo[i] = tok
+		}
+	}
+	if !r.IDGiven {
+		for _, i := range v.failed {
+			undo[i] = ""
+		}
+	}
+	q.releaseOn(k, r.ID, undo)
+}
+
+// full is the reply of a full semaphore: the earliest expiry any full node
+// gave. When contenders split the nodes, each gave its part back,
+// silently: they try again after a short random pause, so that one of
+// them wins next time.
+func (q *Store) full(v *votes) store.AcquireReply {
+	rep := store.AcquireReply{Head: true}
+	for i, b := range v.busy {
+		if i == 0 || v.replies[b].RetryIn < rep.RetryIn {
+			rep.RetryIn = v.replies[b].RetryIn
+		}
+		rep.InUse = max(rep.InUse, v.replies[b].InUse)
+		rep.Restarted = rep.Restarted || v.replies[b].Restarted
+	}
+	if len(v.granted) > 0 {
+		nt := q.cfg.NodeTimeout
+		rep.RetryIn = min(rep.RetryIn, nt/2+rand.N(nt+time.Millisecond))
+	}
+	return rep
+}

@@ -1,0 +1,54 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// Acquire runs acquire.lua once.
+func (s *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRequest) (store.AcquireReply, error) {
+	args := append(evalArgs(acquireScript, k, 14), r.Limit, r.Weight, s.ms.get(r.TTL.Milliseconds(), box), r.ID, r.Proposed,
+		s.owner.get(r.Owner, box), r.ReclaimAbove, r.Wait, queueTTLms, s.channel.get(r.Channel, box), flag(s.fifo),
+		flag(r.DirectGrant), s.ms.get(r.Quarantine.Milliseconds(), box), flag(r.ExactToken))
+	cmd, acked, waitErr := s.eval(ctx, acquireScript, k, r.Replicas, args)
+	v, err := cmd.Slice()
+	if err != nil {
+		return store.AcquireReply{}, err
+	}
+	rep, err := parseAcquire(v)
+	rep.Acked, rep.WaitErr = acked, waitErr
+	return rep, err
+}
+
+func parseAcquire(v []any) (store.AcquireReply, error) {
+	if len(v) < 2 {
+		return store.AcquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
+	}
+	switch code, _ := v[0].(int64); {
+	case code == -1:
+		w, _ := v[1].(int64)
+		return store.AcquireReply{HeldWeight: w}, nil
+	case code == -2:
+		n, _ := v[1].(int64)
+		return store.AcquireReply{FleetLimit: max(n, 1)}, nil
+	case code == 1 && len(v) >= 5:
+		tok, _ := v[1].(string)
+		w, _ := v[2].(int64)
+		free, _ := v[3].(int64)
+		existed, _ := v[4].(int64)
+		return store.AcquireReply{Granted: true, Token: tok, Weight: w, Free: max(free, 0), Existed: existed == 1,
+			Woken: stringsOf(v[5:])}, nil
+	case code == 0 && len(v) == 6:
+		wait, _ := v[1].(int64)
+		inUse, _ := v[2].(int64)
+		head, _ := v[3].(int64)
+		last, _ := v[4].(string)
+		restarted, _ := v[5].(int64)
+		return store.AcquireReply{RetryIn: time.Duration(max(wait, 0)) * time.Millisecond, InUse: inUse, Head: head == 1,
+			LastToken: last, Restarted: restarted == 1}, nil
+	}
+	return store.AcquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
+}

@@ -1,0 +1,211 @@
+-- ARGV: limit, weight, ttl_ms, id, proposed token ('' = server clock),
+--       owner (the asking Client), reclaim ('': no; else a token: the
+--       owner has no live Lease of this id, so its lease of the id with a
+--       token above this one is a retry's, whose reply was lost), wait id
+--       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0),
+--       direct grant (1: a release may grant this waiter its lease directly,
+--       under the lease id wait; see release.lua), restart quarantine ms
+--       (0: none; see quarantine_left), exact (1: the proposed token is
+--       the lease's own, to be taken as is: see quorumStore.regain)
+-- A quorum proposes the token so that its nodes, whose clocks differ,
+-- agree on it unless one has seen a later token. A quorum does not queue
+-- in order (fifo 0): each node's queue only says whom to wake, since an
+-- order per node can deadlock waiters that each head one node.
+-- Returns {1, token, weight, permits still free, existing, own waiters
+-- woken...} when granted (existing = 1: the owner's lease of this id,
+-- extended), {0, ms until the earliest expiry, permits in use, at head}
+-- when not (with the last token issued, and 1 when the restart quarantine
+-- refused it, the ms being then until its end), {-1, weight held} when the id holds another weight, {-2,
+-- fleet limit} when the weight is above the fleet-wide limit.
+-- Sums the weights of the live waiters queued ahead of wait (of every
+-- waiter when wait is not queued): those permits are spoken for, but for
+-- those heavier than the limit, which can never be served. Returns nil
+-- when the queue is too long to tell within one call's bound (then it is
+-- not wait's turn).
+local function queued_ahead(now_ms, wait, limit)
+  local sum = 0
+  local told = walk_queue(now_ms, function(id, w)
+    if id == wait then return true end
+    if w <= limit then sum = sum + w end
+    return false
+  end, wait)
+  if told then return sum end
+  return nil
+end
+
+-- Milliseconds until the earliest live lease expires (fallback when
+-- none). One expired but not yet swept would say "now", and a waiter
+-- would poll every millisecond until someone swept it. A sweep that found
+-- nothing expired has read it already (first; nothing since changed the
+-- leases).
+local function earliest(now_ms, fallback, first)
+  first = first or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 or first[1] == '' then return fallback end
+  return math.max(tonumber(first[2]) - now_ms, 0)
+end
+
+-- Milliseconds until this server is surely older than q: a server
+-- restarted empty forgot leases whose holders still believe in them for up
+-- to their TTL (RestartQuarantine). INFO's uptime is the difference of two
+-- clock readings in whole seconds, so it may run up to a second ahead of
+-- the time since the start: one second is taken off. A server that tells
+-- no uptime (an embedded fake) is not restarted under its users.
+local function quarantine_left(q)
+  local info = redis.pcall('INFO', 'server')
+  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  if not up then return 0 end
+  return math.max(q - (up - 1) * 1000, 0)
+end
+
+local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]
+local owner, wait, own = ARGV[6], ARGV[8], ARGV[10]
+local field = ':' .. id
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local exp = now_ms + ttl
+-- One read for everything the common paths need ('?' alone, when this
+-- request does not queue, is never a field).
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied')
+-- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
+-- reads it as infinity, so no expiry is ever set.
+local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
+local mine = wait ~= '' and st[5]
+-- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
+-- (not on a quorum's nodes: its size is made for the asking limit).
+local cap = ARGV[11] == '1' and st[7]
+local limit_s = cap or ARGV[1]
+if cap then
+  limit = tonumber(cap)
+  if weight > limit then return {-2, limit} end
+end
+
+-- One id, one holder: a live lease of this id is returned only to its own
+-- Client retrying after a lost reply; anyone else waits for it to end.
+local conflict = false
+if st[4] then
+  local w, tok, holder = parse(st[4])
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
+  if score > now_ms then
+    if w ~= weight then return {-1, w} end
+    -- A lease a release handed to this waiter (id == wait), whose wake-up
+    -- was lost, is its own too. Only releases in order grant directly (fifo);
+    -- on a quorum's node such a lease is what an earlier attempt left,
+    -- which its rollback may be removing right now: not to be counted.
+    local handed = ARGV[11] == '1' and id == wait
+    local reclaim_above = ARGV[7] ~= '' and tonumber(ARGV[7])
+    if holder == owner and ((reclaim_above and tonumber(tok) > reclaim_above) or handed) then
+      exp = math.max(exp, score) -- never shorten
+      redis.call('ZADD', KEYS[1], fmt(exp), id)
+      local at = next_keyexp(exp, ttl, keyexp)
+      if at then
+        redis.call('HSET', KEYS[2], 'keyexp', at)
+        expire_keys(at)
+      end
+      local reply = {1, tok, w, limit - total, 1}
+      -- The retry may have queued meanwhile: its entry must not keep
+      -- the room of those behind.
+      if mine then
+        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
+      end
+      return reply
+    end
+    conflict = true
+  else
+    -- Its own expired lease: drop it here, since the bounded sweep may
+    -- not reach it and the grant below overwrites its record.
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], field)
+    redis.call('HINCRBY', KEYS[2], 'total', -w)
+    total = total - w
+  end
+end
+
+local first -- the earliest live lease, when the sweep read it
+if not conflict and total + weight > limit then
+  local freed
+  freed, first = sweep(now_ms)
+  total = total - freed
+end
+
+-- In order: the permits of live waiters ahead are spoken for.
+local ahead = 0
+if ARGV[11] == '1' and not conflict and st[8] ~= st[9] then
+  ahead = queued_ahead(now_ms, wait, limit)
+end
+
+-- No token: the name is new to this server, or was forgotten in a restart
+-- with its leases. Only then is the server's age asked (one INFO), so the
+-- names in use pay nothing.
+local quarantine = 0
+if not conflict and not st[2] and ARGV[13] ~= '0' then
+  quarantine = quarantine_left(tonumber(ARGV[13]))
+end
+
+if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit then
+  -- A quorum granting a lease it holds again on a node that lost it
+  -- gives the lease its own token (ARGV[14]); the node's counter never
+  -- goes back.
+  local tok, counter
+  if ARGV[14] == '1' then
+    tok = ARGV[5]
+    counter = fmt(math.max(last, tonumber(tok)))
+  else
+    tok = next_token(last, ARGV[5], now)
+    counter = tok
+  end
+  local at = next_keyexp(exp, ttl, keyexp)
+  redis.call('ZADD', KEYS[1], fmt(exp), id)
+  -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
+  -- formatting (the first lease's total is its weight); limit, keyexp
+  -- and emptied only when they change.
+  local new_total = total == 0 and ARGV[2] or fmt(total + weight)
+  local set = {'HSET', KEYS[2], field, lease_record(ARGV[2], tok, owner), 'total', new_total, 'token', counter}
+  if st[6] ~= limit_s then
+    set[9], set[10] = 'limit', limit_s
+  end
+  if at then
+    local n = #set
+    set[n + 1], set[n + 2] = 'keyexp', at
+  end
+  if queue_seen_empty and st[8] then
+    local n = #set
+    set[n + 1], set[n + 2] = 'emptied', st[8]
+  end
+  redis.call(unpack(set))
+  if at then expire_keys(at) end
+  local reply = {1, tok, weight, limit - total - weight, 0}
+  if mine then
+    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
+  end
+  return reply
+end
+
+local head = 0
+if wait ~= '' then
+  if ahead == 0 then head = 1 end
+  local wexp = now_ms + tonumber(ARGV[9])
+  local hand = '0'
+  if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
+  local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)
+  if not mine then
+    local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+    redis.call('ZADD', KEYS[3], seq, wait)
+    local at = next_keyexp(wexp, ttl, keyexp)
+    if at then
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
+      expire_keys(at)
+    else
+      redis.call('HSET', KEYS[2], '?' .. wait, rec)
+      -- The queue key is new when the queue had emptied (then nobody was
+      -- ahead): give it the expiry the other keys have (none while a
+      -- fleet limit is set).
+      if head == 1 and keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
+    end
+  else
+    redis.call('HSET', KEYS[2], '?' .. wait, rec)
+  end
+end
+-- The last token issued: a direct grant announced with a token no higher came
+-- before this answer, so its lease has expired since (see wait.go).
+if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
+return {0, earliest(now_ms, ttl, first), total, head, st[2] or '0', 0}

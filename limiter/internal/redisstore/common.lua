@@ -1,0 +1,318 @@
+-- Prelude shared by every script (prepended in scripts.go).
+-- KEYS[1] leases ZSET id -> expiry (ms, server clock), plus the member ''
+--                at +inf that keeps the set (and its TTL) alive while empty
+-- KEYS[2] state  HASH ':'..id -> "<weight>:<token>:<owner>" per lease,
+--                '?'..wait -> "<weight>:<expiry ms>:<direct-grant ttl ms>:<its
+--                own limit>:<wake channel>" per queued waiter (direct-
+--                grant ttl 0: wake it, do not grant it in a release; see
+--                release.lua), and
+--                total  (sum of the weights of every lease in KEYS[1]),
+--                token  (the last fencing token),
+--                limit  (the limit of the last grant: releases wake and
+--                        grant by it, each waiter within its own too),
+--                seq    (the last queue ticket),
+--                emptied (seq when a call last found the queue empty:
+--                        see walk_queue),
+--                keyexp (when the keys expire),
+--                cap    (the fleet-wide limit SetLimit stored, if any)
+-- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
+-- Measured with callgrind on Redis 7.0 (instructions per call): running
+-- a script costs ~16k before its first line, this prelude ~8k (every
+-- function below is a closure made anew on each call), each redis.call
+-- ~6k, and each number turned into a string (string.format, or a number
+-- passed to redis.call, which Redis prints with "%.17g") or parsed from
+-- one (tonumber: strtod) ~2k. The common paths therefore make as few
+-- calls and conversions as they can: strings from ARGV are stored as
+-- they came, and numbers are passed to redis.call as strings.
+--
+-- Numbers are formatted by hand: Lua 5.1 turns large numbers into "1.7e+15"
+-- when Redis converts them to strings.
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+-- A decimal string (or false, Redis's nil, kept) as a number: arithmetic
+-- parses it once, where tonumber parses it twice.
+local function num(s)
+  return s and s + 0
+end
+
+-- Server time in microseconds: the only clock the scripts trust. Read
+-- once per call (a script runs as one instant), however many helpers ask.
+-- clock_s is the same time as a decimal string, so that a fencing token
+-- taken from the clock needs no formatting. Arithmetic on the strings
+-- parses each once (tonumber parses twice).
+local clock, clock_s
+local queue_seen_empty -- see walk_queue
+
+-- Forgets what the last call cached: a script run by EVAL starts fresh,
+-- but a function in a library (scripts.go) shares these upvalues with
+-- every call before it.
+local function begin_call()
+  clock, clock_s, queue_seen_empty = nil, nil, nil
+end
+
+local function now_us()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = t[1] * 1000000 + t[2]
+    clock_s = t[1] .. string.sub('00000' .. t[2], -6)
+  end
+  return clock
+end
+
+-- Splits a lease record ("weight:token:owner"): the weight as a number,
+-- the rest as strings.
+local function parse(v)
+  local w, second, third = string.match(v, '^(%d+):(%d+):(.*)$')
+  return w + 0, second, third
+end
+
+-- A lease's record, as parse splits it (strings, or numbers the caller
+-- formatted).
+local function lease_record(w, tok, owner)
+  return w .. ':' .. tok .. ':' .. owner
+end
+
+-- Splits a waiter's record: weight, expiry (ms), direct-grant ttl (ms),
+-- channel, and its own limit (a string).
+local function parse_waiter(v)
+  local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+  return tonumber(w), tonumber(exp), tonumber(ttl), channel, limit
+end
+
+-- A waiter's record, as parse_waiter splits it (strings).
+local function waiter_record(w, exp, hand, limit, channel)
+  return w .. ':' .. exp .. ':' .. hand .. ':' .. limit .. ':' .. channel
+end
+
+-- A waiter's record v with its expiry replaced by exp (a string): the
+-- weight and the old expiry (strings), and the new record, spliced so
+-- that the rest need not be parsed.
+local function with_expiry(v, exp)
+  local w, old, rest = string.match(v, '^(%d+):(%d+)(:.*)$')
+  return w, old, w .. ':' .. exp .. rest
+end
+
+-- The Client a wake channel belongs to: the channel's last part (it is
+-- "<prefix>wake:<client id>", made by limiter.newClient).
+local function owner_of(channel)
+  return string.match(channel, '([^:]*)$')
+end
+
+-- The next fencing token after last: a quorum's proposal, so that its
+-- nodes agree, but only within PROPOSAL_SKEW of this server's clock, else
+-- the clock itself. Tokens thus stay within the skew of server time, and
+-- since the keys outlive the last lease by a TTL and a second, a name
+-- whose keys expired (forgetting last) still issues higher tokens, even
+-- after a client whose clock was an hour off.
+local PROPOSAL_SKEW = 500000 -- µs
+local function next_token(last, proposed, now)
+  local p = proposed ~= '' and tonumber(proposed)
+  if p and math.abs(p - now) <= PROPOSAL_SKEW then return fmt(math.max(last + 1, p)) end
+  if last < now then return clock_s end
+  return fmt(last + 1)
+end
+
+local function clock_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- At most this many expired leases or dead waiters are dropped per call,
+-- so one call's cost stays bounded whatever piled up; the rest go on later
+-- calls.
+local SWEEP_MAX = 100
+
+-- Drops expired leases (at most SWEEP_MAX); returns the permits freed.
+-- It first looks at the lease that expires first: when that one is live,
+-- nothing is to be dropped, and it is returned too ({id, expiry}, or {}
+-- or {'', 'inf'} when none) for a refused acquire's retry hint
+-- (acquire.lua's earliest), which then needs no call of its own.
+local function sweep(now_ms)
+  local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+  if #head == 0 or head[1] == '' or num(head[2]) > now_ms then
+    return 0, head
+  end
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
+  if #gone == 0 then return 0 end
+  local fields = {}
+  for i = 1, #gone do fields[i] = ':' .. gone[i] end
+  local freed = 0
+  for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(fields))) do
+    if v then freed = freed + parse(v) end
+  end
+  redis.call('HDEL', KEYS[2], unpack(fields))
+  redis.call('ZREM', KEYS[1], unpack(gone))
+  redis.call('HINCRBY', KEYS[2], 'total', -freed)
+  return freed
+end
+
+-- Both keys must outlive every lease, and no key may live forever. They
+-- are extended a TTL beyond the newest expiry, so most calls skip this;
+-- an idle semaphore disappears at most about two TTLs after its last use.
+-- Returns the new keyexp, or nil when the current one suffices.
+local function next_keyexp(exp, ttl, keyexp)
+  if exp + 1000 <= keyexp then return nil end
+  return fmt(exp + ttl + 1000)
+end
+
+local function expire_keys(at)
+  redis.call('ZADD', KEYS[1], '+inf', '')
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+  redis.call('PEXPIREAT', KEYS[3], at)
+end
+
+-- Every enqueue takes a ticket (seq, acquire.lua), and a call whose walk
+-- below found the queue empty (queue_seen_empty) writes the seq it read
+-- as emptied with its own writes (acquire's grant, release). While the two
+-- are equal nobody has queued since the queue was seen empty, so acquire
+-- and release skip the walk: the uncontended cycle runs no ZRANGE. A
+-- ticket is the hint, not a flag set beside the entry, so a waiter queued
+-- by a Client that knows nothing of emptied (an older version, mid-upgrade)
+-- is walked to all the same.
+-- Visits the queue from its head, at most 64 entries, calling
+-- visit(id, weight, channel, direct-grant ttl, expiry, own limit) for each live
+-- one until it returns true.
+-- Entries whose Client stopped keeping them alive are dropped on the way
+-- (keep excepted, dead or alive). now is the time in ms, or nil to read
+-- the clock only if the queue has entries. Returns false when the bound
+-- ran out before the queue's end or a stop.
+local function walk_queue(now, visit, keep)
+  local dead, finished = {}, false
+  local pos, lo, hi = 0, '0', '15'
+  for _ = 1, 4 do
+    local ids = redis.call('ZRANGE', KEYS[3], lo, hi)
+    if #ids == 0 then
+      queue_seen_empty = pos == 0
+      finished = true
+      break
+    end
+    now = now or clock_ms()
+    local fields = {}
+    for i = 1, #ids do fields[i] = '?' .. ids[i] end
+    local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+    for i = 1, #ids do
+      local w, exp, hand, channel, own_limit
+      if vals[i] then
+        w, exp, hand, channel, own_limit = parse_waiter(vals[i])
+      end
+      if ids[i] ~= keep and (not w or exp <= now) then
+        dead[#dead + 1] = ids[i]
+      elseif visit(ids[i], w, channel, hand, exp, own_limit) then
+        finished = true
+        break
+      end
+    end
+    if finished or #ids < 16 then
+      finished = true
+      break
+    end
+    pos = pos + #ids
+    lo, hi = fmt(pos), fmt(pos + 15)
+  end
+  if #dead > 0 then
+    local fields = {}
+    for i = 1, #dead do fields[i] = '?' .. dead[i] end
+    redis.call('HDEL', KEYS[2], unpack(fields))
+    redis.call('ZREM', KEYS[3], unpack(dead))
+  end
+  return finished
+end
+
+-- The waiters at the head of the queue whose weights fit in free permits,
+-- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit}
+-- (direct-grant ttl 0 for one heavier than the limit), up to the first that
+-- does not fit: strict
+-- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
+-- overtaken and cannot starve. A waiter heavier than the limit (lowered
+-- by SetLimit after it queued) can never be served: it is listed, so that
+-- its retry learns so, and not waited for.
+local function fitting(now_ms, free, limit)
+  local fit = {}
+  if free <= 0 then return fit end
+  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit)
+    if w > limit then
+      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit}
+      return false
+    end
+    if w > free then return true end
+    free = free - w
+    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit}
+    return free <= 0
+  end)
+  return fit
+end
+
+-- Passes free permits on to the waiters that now fit, in queue order. With
+-- g (what the caller read and will write of the state hash: total, token,
+-- keyexp, limit and cap as read, and the HDEL and HSET it will send), it
+-- grants them their leases here (a direct grant), each under its wait id,
+-- and tells each "wait token"; without g, or for a waiter that cannot take
+-- a direct grant (direct-grant ttl 0: see acquire.lua), it only wakes ("wait"). A
+-- waiter on the channel own (the caller's process) is returned rather
+-- than published to. Returns those own messages; g.total is updated.
+--
+-- The waiter's local deadline counts from its last request Redis answered
+-- "queued", which this grant follows (an answer after it carries a token
+-- at least this one, and the waiter then ignores the grant: its lease
+-- expired meanwhile). So that a waiter whose process died holds the
+-- permits no longer than its queue entry would have lived, the lease
+-- expires with the entry; the waiter's refresher extends it. Each waiter
+-- is granted only within its own Semaphore's limit (or the fleet limit),
+-- as its own acquire would be; from the first that is not, the rest are
+-- only woken, so nobody overtakes it.
+local function pass_on(now_ms, free, own, limit, g)
+  local mine = {}
+  local granting = g ~= nil
+  local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
+  for _, f in ipairs(fitting(now_ms, free, limit)) do
+    local wait, channel, fw, hand, fexp, own_limit = f[1], f[2], f[3], f[4], f[5], f[6]
+    local msg = wait
+    own_limit = g and g.cap or own_limit
+    granting = granting and hand > 0 and g.total + fw <= tonumber(own_limit)
+    if granting then
+      granted_limit = own_limit
+      g.token = math.max(g.token + 1, now_us())
+      local t = fmt(g.token)
+      local exp = math.min(clock_ms() + hand, fexp)
+      zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
+      zrem[#zrem + 1] = wait
+      g.hdel[#g.hdel + 1] = '?' .. wait
+      g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, lease_record(fmt(fw), t, owner_of(channel))
+      g.total = g.total + fw
+      newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
+      msg = wait .. ' ' .. t
+    end
+    if channel == own then
+      mine[#mine + 1] = msg
+    else
+      redis.call('PUBLISH', channel, msg)
+    end
+  end
+  if #zadd > 0 then
+    redis.call('ZADD', KEYS[1], unpack(zadd))
+    redis.call('ZREM', KEYS[3], unpack(zrem))
+    local set = g.hset
+    set[#set + 1], set[#set + 2] = 'token', fmt(g.token)
+    -- Like a grant by acquire: releases wake by the limit of the last.
+    if granted_limit ~= g.limit then
+      set[#set + 1], set[#set + 2] = 'limit', granted_limit
+    end
+    local at = next_keyexp(newest, maxttl, g.keyexp)
+    if at then
+      set[#set + 1], set[#set + 2] = 'keyexp', at
+      expire_keys(at)
+    end
+  end
+  return mine
+end
+
+-- Takes wait out of the queue and passes its turn on to those behind that
+-- fit in free; returns the own waiters woken (none when wait was not
+-- queued).
+local function dequeue(wait, now_ms, free, own, limit)
+  if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
+  redis.call('HDEL', KEYS[2], '?' .. wait)
+  return pass_on(now_ms, free, own, limit)
+end

@@ -1,0 +1,23 @@
+-- ARGV: wait id, own wake channel
+-- A waiter gives up: it leaves the queue and passes its turn on to those
+-- behind that now fit. A lease a release already handed it (under the
+-- wait id, see pass_on) is given back as a release gives one back.
+-- Returns the own waiters' messages (see pass_on).
+local wait = ARGV[1]
+local st = redis.call('HMGET', KEYS[2], 'total', 'limit', ':' .. wait, 'token', 'keyexp', 'cap')
+local limit = tonumber(st[2]) or math.huge -- none recorded: let the queue try
+local total = tonumber(st[1]) or 0
+if st[3] then
+  local w, _, holder = parse(st[3])
+  if holder == owner_of(ARGV[2]) then
+    redis.call('ZREM', KEYS[1], wait)
+    local g = {total = total - w, token = tonumber(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
+      limit = st[2], cap = st[6], hdel = {'HDEL', KEYS[2], ':' .. wait}, hset = {'HSET', KEYS[2]}}
+    local mine = pass_on(nil, limit - g.total, ARGV[2], limit, g)
+    g.hset[#g.hset + 1], g.hset[#g.hset + 2] = 'total', fmt(g.total)
+    redis.call(unpack(g.hdel))
+    redis.call(unpack(g.hset))
+    return mine
+  end
+end
+return dequeue(wait, nil, limit - total, ARGV[2], limit)

@@ -1,0 +1,96 @@
+-- ARGV: lease count n, then n × (id, token, ttl_ms), then for the queue:
+--       waiter ttl_ms, then wait ids.
+-- Keeps alive, in one call, every lease and queued waiter of one
+-- semaphore that one Client holds: never shortens an expiry and never
+-- re-creates what is gone (by token: a lease handed over is gone for the
+-- previous holder).
+-- Returns one number per lease (1 held, 0 gone) then one per waiter
+-- (0 gone, 1 queued, 2 queued and its permits are free: it should try
+-- now, which covers a lost wake-up).
+local n = tonumber(ARGV[1])
+local base = 3 * n + 2
+local now_ms = clock_ms()
+local out = {}
+-- One read of the state: keyexp, total, limit, then each lease's record,
+-- then each waiter's, then the token.
+local fields = {'keyexp', 'total', 'limit'}
+local ids = {}
+for i = 1, n do
+  ids[i] = ARGV[3 * i - 1]
+  fields[3 + i] = ':' .. ids[i]
+end
+for i = base + 1, #ARGV do fields[#fields + 1] = '?' .. ARGV[i] end
+fields[#fields + 1] = 'token'
+local st = redis.call('HMGET', KEYS[2], unpack(fields))
+-- No token: nothing was ever granted here, which a waiter's try cannot
+-- change before a restart quarantine ends (acquire.lua); only the head
+-- is told to try, the rest follow its grant.
+local granted_before = st[#fields] ~= false
+local keyexp = tonumber(st[1]) or 0
+local newest = 0
+local maxttl = 0
+if n > 0 then
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+  local zadd = {}
+  for i = 1, n do
+    out[i] = 0
+    local v = st[3 + i]
+    if v and scores[i] and tonumber(scores[i]) > now_ms then
+      local _, tok = parse(v)
+      if tok == ARGV[3 * i] then
+        local ttl = tonumber(ARGV[3 * i + 1])
+        local exp = math.max(now_ms + ttl, tonumber(scores[i]))
+        zadd[#zadd + 1] = fmt(exp)
+        zadd[#zadd + 1] = ids[i]
+        newest = math.max(newest, exp)
+        maxttl = math.max(maxttl, ttl)
+        out[i] = 1
+      end
+    end
+  end
+  if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
+end
+if #ARGV >= base + 1 then
+  local wttl = tonumber(ARGV[base])
+  local wexp = fmt(now_ms + wttl)
+  local set = {}
+  -- Expired leases free permits that no release announces: count them
+  -- out, so a waiter learns it fits.
+  local limit = tonumber(st[3]) or math.huge -- none recorded: let the queue try
+  local free = limit - ((tonumber(st[2]) or 0) - sweep(now_ms))
+  local fits = nil -- the ids whose turn it is, found once
+  for i = base + 1, #ARGV do
+    local r = 0
+    local v = st[3 + n + i - base]
+    if v then
+      -- Only the expiry changes.
+      local ws, es, rec = with_expiry(v, wexp)
+      local w = tonumber(ws)
+      if tonumber(es) > now_ms then
+        set[#set + 1] = '?' .. ARGV[i]
+        set[#set + 1] = rec
+        r = 1
+        if free >= w or w > limit then
+          if not fits then
+            fits = {}
+            for _, f in ipairs(fitting(now_ms, free, limit)) do
+              fits[f[1]] = true
+              if not granted_before then break end
+            end
+          end
+          if fits[ARGV[i]] then r = 2 end
+        end
+      end
+    end
+    out[#out + 1] = r
+  end
+  if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
+  newest = math.max(newest, now_ms + wttl)
+  maxttl = math.max(maxttl, wttl)
+end
+local at = next_keyexp(newest, maxttl, keyexp)
+if at then
+  redis.call('HSET', KEYS[2], 'keyexp', at)
+  expire_keys(at)
+end
+return out

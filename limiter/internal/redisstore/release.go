@@ -1,0 +1,19 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// Release runs release.lua once.
+func (s *Store) Release(ctx context.Context, k store.Keyspace, r store.ReleaseRequest) (store.ReleaseReply, error) {
+	args := append(evalArgs(releaseScript, k, 5), r.ID, r.Token, s.channel.get(r.Channel, box), flag(r.Wake), flag(r.Check))
+	cmd, _, _ := s.eval(ctx, releaseScript, k, store.ReplicaWait{}, args)
+	v, err := cmd.Slice()
+	if err != nil {
+		return store.ReleaseReply{}, err
+	}
+	freed, _ := v[0].(int64)
+	return store.ReleaseReply{Freed: freed, Woken: stringsOf(v[1:])}, nil
+}

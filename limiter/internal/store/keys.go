@@ -1,0 +1,61 @@
+package store
+
+import "strings"
+
+// Keyspace names every key of one semaphore. They all share one hash tag
+// so each script touches a single Cluster slot.
+type Keyspace struct {
+	Keys []string // leases (ZSET), state (HASH), queue (ZSET): the KEYS of every script
+	// Args are the keys boxed once, as the hot scripts send them (a
+	// string put in an interface allocates).
+	Args []any
+	// Limit is the asking semaphore's: a quorum's size depends on it.
+	Limit int64
+}
+
+// tagEscaper makes any name safe inside a hash tag: a '}' would end the tag
+// early, and escaping '%' keeps the mapping one-to-one (tagUnescaper
+// undoes it).
+var (
+	tagEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
+
+// stateSuffix ends the state key, which every used semaphore has.
+const stateSuffix = "}:state"
+
+// NewKeyspace returns the keys of the semaphore name under prefix.
+func NewKeyspace(prefix, name string, limit int64) Keyspace {
+	tag := prefix + "{" + tagEscaper.Replace(name)
+	keys := []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2]}, Limit: limit}
+}
+
+// StatePattern is the SCAN pattern of the state keys under prefix, of
+// every name: the prefix is escaped so that its glob characters match
+// only themselves, and no caller's glob goes in, since Redis would match
+// it against the escaped name and the suffix after it (limiter filters the
+// names instead, with GlobMatch).
+func StatePattern(prefix string) string {
+	return globEscape(prefix) + "{*" + stateSuffix
+}
+
+// NameOfStateKey undoes NewKeyspace for a state key. SCAN also brings
+// keys that only look like one, such as another program's "p{a}b}:state"
+// or "p{}:state": a key is taken only if it is the state key of the name
+// it gives, so Names lists no name that a key merely resembles.
+func NameOfStateKey(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 || !strings.HasSuffix(key, stateSuffix) || len(key)-len(stateSuffix) <= open+1 {
+		return "", false
+	}
+	escaped := key[open+1 : len(key)-len(stateSuffix)]
+	name := tagUnescaper.Replace(escaped)
+	if tagEscaper.Replace(name) != escaped {
+		return "", false
+	}
+	return name, true
+}
+
+// ID is what the keyspace is known by in maps: its first key.
+func (k Keyspace) ID() string { return k.Keys[0] }

@@ -1,0 +1,153 @@
+package store
+
+import "time"
+
+// QueueTTL is how long a queue entry lives unless its Client keeps it
+// alive: a dead process's waiters leave the queue within it.
+const QueueTTL = 3 * time.Second
+
+// AcquireRequest is one attempt to take permits.
+type AcquireRequest struct {
+	Limit   int64
+	Weight  int64
+	TTL     time.Duration
+	ID      string
+	IDGiven bool
+	// Proposed is the fencing token a quorum proposes; "" = server clock.
+	Proposed string
+	Owner    string // the Client asking
+	// ReclaimAbove: the owner has no live Lease of ID, and may take back
+	// its lease of ID with a token above this ("": may not reclaim).
+	ReclaimAbove string
+	Wait         string // queue entry to create or keep; "" = never queue
+	// DirectGrant: a release may grant the queued waiter its lease
+	// directly (under the lease id, which must then be the wait id).
+	DirectGrant bool
+	Channel     string // the owner's wake channel
+	// Quarantine: how long after it started a server grants nothing on a
+	// name it has no state for (0: no quarantine).
+	Quarantine time.Duration
+	// ExactToken: Proposed is the token of a lease a quorum holds, to be
+	// taken as is (a quorum's regain).
+	ExactToken bool
+	// Replicas: WAIT for them after the script (WaitReplicas).
+	Replicas ReplicaWait
+}
+
+// AcquireReply answers an AcquireRequest or a ResumeRequest.
+type AcquireReply struct {
+	// FleetLimit is the fleet-wide limit when the weight is above it.
+	FleetLimit int64
+	Granted    bool
+	Token      string
+	Weight     int64
+	Free       int64         // when granted: permits still free after it
+	Existed    bool          // when granted: the owner's lease of this id, extended
+	Woken      []string      // the caller's own waiters to wake
+	RetryIn    time.Duration // when not granted: until the earliest expiry
+	InUse      int64         // when not granted
+	Head       bool          // when not granted: nobody waits ahead
+	LastToken  string        // when not granted: the last token issued
+	Restarted  bool          // when not granted: for the restart quarantine (RetryIn is its end)
+	// HeldWeight is the weight of the lease the id holds when it differs
+	// from the request's (then nothing was granted).
+	HeldWeight int64
+	// Acked is how many replicas confirmed the script's writes, when the
+	// request asked for replicas; WaitErr is WAIT's own failure.
+	Acked   int
+	WaitErr error
+}
+
+// RefreshBatch is what one Client keeps alive of one semaphore.
+type RefreshBatch struct {
+	Keys   Keyspace
+	Leases []RefreshItem
+	Waits  []string // queue entries to keep
+	// Replicas is the strictest WaitReplicas of its leases.
+	Replicas ReplicaWait
+}
+
+// RefreshItem is one lease to keep alive.
+type RefreshItem struct {
+	ID    string
+	Token string
+	TTL   time.Duration
+	// What a quorum needs to grant the lease again on a node that lost it
+	// (regain), and whether its holder gave it up since.
+	Weight     int64
+	Owner      string
+	Quarantine time.Duration
+	GivenUp    func() bool
+}
+
+// RefreshResult answers one batch: per lease, held or not; per waiter,
+// WaiterGone, WaiterQueued or WaiterFits.
+type RefreshResult struct {
+	Held  []bool
+	Waits []int64
+	Err   error
+	// Acked and WaitErr answer the batch's replicas, as in AcquireReply.
+	Acked   int
+	WaitErr error
+}
+
+// What a refresh says of a queued waiter.
+const (
+	WaiterGone   = 0
+	WaiterQueued = 1
+	WaiterFits   = 2 // its permits are free: it should try now
+)
+
+// ReleaseRequest removes one lease.
+type ReleaseRequest struct {
+	ID, Token string // Token "" = any
+	Channel   string // the releasing Client's wake channel
+	Wake      bool
+	// Check asks Redis whether the lease had expired; a Lease released
+	// within its local deadline knows it had not.
+	Check bool
+}
+
+// ReleaseReply answers a ReleaseRequest.
+type ReleaseReply struct {
+	Freed int64 // 0 when the lease was not held
+	Woken []string
+}
+
+// ResumeRequest hands a held lease over to Owner ("" parks it).
+type ResumeRequest struct {
+	ID, Token, Owner, Proposed string
+	TTL                        time.Duration
+	Replicas                   ReplicaWait
+}
+
+// Holder is one live lease, as the store sees it.
+type Holder struct {
+	ID     string
+	Weight int64
+	Token  int64
+	TTL    time.Duration
+}
+
+// Waiter is one queued request, as the store sees it.
+type Waiter struct {
+	ID     string
+	Weight int64
+	TTL    time.Duration
+}
+
+// ReplicaWait is what WaitReplicas asks for: WAIT N Timeout after each
+// script that grants or extends a lease.
+type ReplicaWait struct {
+	N       int
+	Timeout time.Duration
+}
+
+// On reports whether anything is asked.
+func (w ReplicaWait) On() bool { return w.N > 0 }
+
+// Stricter is the wait that satisfies both w and o: one WAIT serves every
+// lease of a refresh batch.
+func (w ReplicaWait) Stricter(o ReplicaWait) ReplicaWait {
+	return ReplicaWait{N: max(w.N, o.N), Timeout: max(w.Timeout, o.Timeout)}
+}
