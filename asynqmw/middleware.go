@@ -41,9 +41,10 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 // slog.Default()).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// LimiterOptions passes options to every semaphore (e.g. limiter.Prefix,
-// limiter.ReleaseTimeout); they override the options the limiter.Client
-// was made with. The rules' TTL and AcquireTimeout override the limiter's
+// LimiterOptions passes options to every semaphore (e.g.
+// limiter.ReleaseTimeout, limiter.MaxHold); they override the options the
+// limiter.Client was made with. limiter.Prefix is a Client option: give it
+// to limiter.New (here it is an *ArgumentError). The rules' TTL and AcquireTimeout override the limiter's
 // TTL, AcquireTimeout and AttemptsLimit. A bad option makes New return the
 // limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own

@@ -88,9 +88,10 @@ type options struct {
 }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
-// limiter.MaxHold, limiter.Prefix, limiter.ReleaseTimeout,
-// limiter.Metrics); they override the options the limiter.Client was
-// made with. The config's AcquireTimeout overrides their AcquireTimeout
+// limiter.MaxHold, limiter.ReleaseTimeout, limiter.Metrics); they
+// override the options the limiter.Client was made with. limiter.Prefix
+// is a Client option: give it to limiter.New (here it is an
+// *ArgumentError). The config's AcquireTimeout overrides their AcquireTimeout
 // and AttemptsLimit. A bad option makes Middleware or NewTransport return
 // the limiter's *ArgumentError.
 func LimiterOptions(opts ...limiter.Option) Option {

@@ -244,7 +244,7 @@ const releaseTimeoutDefault = time.Second
 // WaitReplicas w.
 func (c *Client) canWait(w store.ReplicaWait) error {
 	if err := c.st.CanWait(w); err != nil {
-		return argError("WaitReplicas", w.N, err.Error())
+		return argError("WaitReplicas", fmt.Sprintf("(%d, %v)", w.N, w.Timeout), err.Error())
 	}
 	return nil
 }

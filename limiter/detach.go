@@ -31,6 +31,9 @@ func (l *Lease) StopRefresh() {
 		_ = l.Refresh(ctx)
 		cancel()
 	}
+	l.mu.Lock()
+	l.auto = false // its end at the TTL is expected, not a loss
+	l.mu.Unlock()
 	l.detach()
 }
 
@@ -39,7 +42,6 @@ func (l *Lease) StopRefresh() {
 // leaves it.
 func (l *Lease) detach() {
 	l.mu.Lock()
-	l.auto = false
 	l.detached = true
 	l.mu.Unlock()
 	l.sem.c.refresher.remove(l)

@@ -90,8 +90,10 @@ func matchingNames(names []string, match string) []string {
 	return slices.DeleteFunc(names, func(name string) bool { return !store.GlobMatch(match, name) })
 }
 
-// Holders lists the live leases of name as Redis sees them (on a Redlock
-// Client, those a majority of the nodes hold).
+// Holders lists the live leases of name as Redis sees them. On a Redlock
+// Client they are those a majority of the nodes hold, with a majority
+// answering: for a mutex that is its quorum; above a limit of 1 it may
+// list, for a moment, a lease still being granted or given back.
 func (i *Inspector) Holders(ctx context.Context, name string) ([]Holder, error) {
 	k, err := i.keys(ctx, name)
 	if err != nil {

@@ -22,7 +22,7 @@ var errReleased = fmt.Errorf("%w: released", ErrNotHeld)
 // confirmed, plus the TTL, minus the clock drift allowance. When that
 // deadline passes unconfirmed, or a refresh finds the lease gone (expired,
 // released by an operator, or handed over with Resume), the lease is lost:
-// Done closes, Context is cancelled with cause ErrLeaseLost, Err returns
+// Context is cancelled with cause ErrLeaseLost, Err returns
 // it and the OnLost callback runs. Because the deadline starts before
 // Redis extended the lease, the holder learns of loss before anyone else
 // can be granted its permits, even while Redis is unreachable.
@@ -41,7 +41,7 @@ type Lease struct {
 
 	mu  sync.Mutex
 	err error // why the lease ended; nil while held
-	// ctx is made on first use (Context, Done, Run), cancelled by end:
+	// ctx is made on first use (Context, Run), cancelled by end:
 	// most leases are released without anyone asking, and making it
 	// costs two allocations.
 	ctx    context.Context
@@ -151,6 +151,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	res := l.sem.c.st.Refresh(ctx, []store.RefreshBatch{{Keys: l.sem.keys, Leases: []store.RefreshItem{l.refreshItem()},
 		Replicas: l.sem.cfg.replicas}})[0]
 	if err := l.applyRefresh(sent, res, 0); err != nil {
+		if res.Err != nil {
+			return redisError("refresh", l.sem.name, err)
+		}
 		return err
 	}
 	return l.Err()
@@ -166,7 +169,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 func (l *Lease) applyRefresh(sent time.Time, res store.RefreshResult, j int) error {
 	if res.Err != nil {
 		l.refreshFailed()
-		return redisError("refresh", l.sem.name, res.Err)
+		return res.Err // unwrapped: a failed batch costs nothing per lease
 	}
 	held := j < len(res.Held) && res.Held[j]
 	if held {

@@ -127,7 +127,7 @@ func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.release
 
 // MaxHold caps how long a lease is kept alive (default 0: no cap). Past it
 // the Client stops refreshing the lease, which then ends at its TTL like a
-// lease whose holder crashed: Done closes and Err is ErrLeaseLost, so work
+// lease whose holder crashed: its Context ends and Err is ErrLeaseLost, so work
 // that hangs cannot hold a permit forever.
 func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 

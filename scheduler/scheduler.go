@@ -74,10 +74,11 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 // slog.Default()).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// LimiterOptions passes options to every lock (e.g. limiter.Prefix,
+// LimiterOptions passes options to every lock (e.g.
 // limiter.ReleaseTimeout); they override the options the limiter.Client
-// was made with. The scheduler and the workers must agree on the prefix. A
-// bad option makes Adopt, Register or Enqueue return the limiter's
+// was made with. limiter.Prefix is a Client option: give it to
+// limiter.New, the same in the scheduler and the workers (here it is an
+// *ArgumentError). A bad option makes Adopt, Register or Enqueue return the limiter's
 // *ArgumentError.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
