@@ -241,3 +241,45 @@ func startBenchNodes(b *testing.B) ([]*redistest.Server, []redis.UniversalClient
 	}
 	return nodes, clients
 }
+
+// BenchmarkRedlockNodeDown is BenchmarkRedlockContendedHandoff with one of
+// the 3 nodes healthy, stopped (refusing connections) or paused (silent
+// until its NodeTimeout). Its ns/op against the healthy run's is the
+// throughput a dead node costs: goal (issue 21) at least 0.7 of healthy.
+func BenchmarkRedlockNodeDown(b *testing.B) {
+	for _, fault := range []string{"healthy", "stopped", "paused"} {
+		b.Run(fault, func(b *testing.B) {
+			nodes, clients := startBenchNodes(b)
+			sem, err := newRedlockSemaphore(b, clients, "bench-down", 1, limiter.AcquireTimeout(time.Minute))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if l, err := sem.TryAcquire(context.Background()); err != nil || l.Release(context.Background()) != nil {
+				b.Fatal("warm-up:", err)
+			}
+			switch fault {
+			case "stopped":
+				nodes[2].Stop(b)
+			case "paused":
+				nodes[2].Pause(b)
+				b.Cleanup(func() { nodes[2].Resume(b) })
+			}
+			live := nodes[:2]
+			calls := func(t testing.TB) map[string]int64 {
+				sum := map[string]int64{}
+				for _, n := range live {
+					for k, v := range n.CommandCalls(t) {
+						sum[k] += v
+					}
+				}
+				return sum
+			}
+			reset := func(t testing.TB) {
+				for _, n := range live {
+					n.ResetStats(t)
+				}
+			}
+			runHandoff(b, sem, calls, reset, 1)
+		})
+	}
+}

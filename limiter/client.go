@@ -41,9 +41,10 @@ type Client struct {
 	running int
 	idle    chan struct{}
 
-	refresher *refresher
-	hub       *hub
-	eviction  evictionCheck
+	refresher  *refresher
+	hub        *hub
+	eviction   evictionCheck
+	quarantine quarantineNotice
 
 	ids *ids // its lease ids: the live leases, and what a retry may take back
 }
@@ -61,10 +62,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if isNil(rdb) {
 		return nil, argError("rdb", rdb, "must not be nil")
 	}
-	return newClient(opts, func(*config) store.Store { return redisstore.New(rdb, true) })
+	return newClient(opts, func(*Client) store.Store { return redisstore.New(rdb, true) })
 }
 
-func newClient(opts []Option, open func(*config) store.Store) (*Client, error) {
+func newClient(opts []Option, open func(*Client) store.Store) (*Client, error) {
 	cfg, err := defaultConfig().with(opts)
 	if err != nil {
 		return nil, err
@@ -73,7 +74,7 @@ func newClient(opts []Option, open func(*config) store.Store) (*Client, error) {
 	c.channel = cfg.prefix + "wake:" + c.id
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.eviction.turn = make(chan struct{}, 1)
-	c.st = open(&c.cfg)
+	c.st = open(c)
 	if err := c.canWait(c.cfg.replicas); err != nil {
 		c.cancel()
 		return nil, err

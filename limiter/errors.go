@@ -106,9 +106,11 @@ type BusyError struct {
 	timedOut  bool
 }
 
-func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, attempts int, waited time.Duration, timedOut bool) *BusyError {
-	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: rep.RetryIn, Attempts: attempts,
-		Waited: waited, Restarted: rep.Restarted, timedOut: timedOut}
+// busy reports rep, the answer that arrived at answered: its RetryIn is
+// counted from now, so that an error made after a wait is current.
+func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answered time.Time, attempts int, waited time.Duration, timedOut bool) *BusyError {
+	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: max(rep.RetryIn-time.Since(answered), 0),
+		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, timedOut: timedOut}
 }
 
 // Error says how full the semaphore was and when to try again.

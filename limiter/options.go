@@ -17,6 +17,7 @@ type config struct {
 	refresh        time.Duration
 	refreshSet     bool
 	acquireTimeout time.Duration
+	acquireSet     bool
 	attempts       int
 	prefix         string
 	onLost         func(*Lease, error)
@@ -38,10 +39,16 @@ const (
 	DefaultPrefix = "redsem:"
 )
 
+const (
+	defaultAcquireTimeout = 10 * time.Second
+	// maxTTL bounds the TTL and the RestartQuarantine: a server that
+	// restarted grants nothing new for as long.
+	maxTTL = 24 * time.Hour
+)
+
 func defaultConfig() config {
 	return config{
 		ttl:            DefaultTTL,
-		acquireTimeout: 10 * time.Second,
 		prefix:         DefaultPrefix,
 		clockDrift:     0.01,
 		releaseTimeout: releaseTimeoutDefault,
@@ -58,8 +65,9 @@ func (c config) with(opts []Option) (config, error) {
 	return c, c.validate()
 }
 
-// TTL sets how long a lease lives in Redis without a refresh (default 10s).
-// It bounds how long a crashed holder keeps its permits.
+// TTL sets how long a lease lives in Redis without a refresh (default 10s,
+// at most 24h). It bounds how long a crashed holder keeps its permits, and
+// how long a restarted server grants nothing new (RestartQuarantine).
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // RefreshInterval sets how often held leases are extended (default TTL/3,
@@ -70,13 +78,17 @@ func RefreshInterval(d time.Duration) Option {
 	return func(c *config) { c.refresh, c.refreshSet = d, true }
 }
 
-// AcquireTimeout bounds how long Acquire waits (default 10s; 0 = only the
-// context bounds it). Whichever of it and the context ends first wins. An
-// attempt already sent when it runs out may finish, for up to NodeTimeout
-// more, and a grant it brings is returned; if Redis answered no attempt
-// at all, the error matches ErrTimeout but not ErrBusy (a slow Redis is
-// not a full semaphore).
-func AcquireTimeout(d time.Duration) Option { return func(c *config) { c.acquireTimeout = d } }
+// AcquireTimeout bounds how long Acquire waits (default 10s, or the
+// RestartQuarantine plus 2s when that is longer, so that a default Acquire
+// on a server that just started waits its quarantine out rather than
+// failing; 0 = only the context bounds it). Whichever of it and the
+// context ends first wins. An attempt already sent when it runs out may
+// finish, for up to NodeTimeout more, and a grant it brings is returned;
+// if Redis answered no attempt at all, the error matches ErrTimeout but
+// not ErrBusy (a slow Redis is not a full semaphore).
+func AcquireTimeout(d time.Duration) Option {
+	return func(c *config) { c.acquireTimeout, c.acquireSet = d, true }
+}
 
 // AttemptsLimit bounds how many times Acquire asks Redis before it gives up
 // with ErrTimeout (default 0 = unbounded).
@@ -113,7 +125,9 @@ func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } 
 // TTL/3, at most 500ms): a slow or paused node is counted as failed
 // rather than holding up the quorum, and Acquire tries again (within
 // AcquireTimeout) when too many failed; there only the value given to
-// NewRedlock counts. On any Client, a Semaphore's NodeTimeout also bounds
+// NewRedlock counts. A node that did not answer (refused, timed out) is
+// then not asked again until a PING, one per NodeTimeout in the
+// background, finds it back. On any Client, a Semaphore's NodeTimeout also bounds
 // how long an attempt in flight when AcquireTimeout runs out may still
 // take. It must be less than the TTL.
 func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
@@ -132,8 +146,9 @@ func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.release
 func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 
 // RestartQuarantine sets how long a Redis server, after it started, grants
-// nothing on a name it holds no state for (default: the TTL; 0 turns the
-// quarantine off). A server restarted empty (no persistence) forgot
+// nothing on a name it holds no state for (default: the TTL; at most 24h;
+// 0 turns the quarantine off). The Client logs, once per quarantine at
+// Info level, when grants resume there. A server restarted empty (no persistence) forgot
 // leases whose holders still believe they hold them until their TTL runs
 // out; granting their permits
 // again meanwhile would put more holders than the limit at work. So a
@@ -221,6 +236,9 @@ func (c *config) validate() error {
 	if !(c.clockDrift >= 0 && c.clockDrift < 0.5) { // NaN too
 		return argError("ClockDrift", c.clockDrift, "must be in [0, 0.5)")
 	}
+	if c.ttl > maxTTL {
+		return argError("TTL", c.ttl, "must be at most 24h: a lease is kept alive by refreshes, and a restarted server grants nothing new for the TTL (RestartQuarantine)")
+	}
 	if c.ttl < 5*time.Millisecond {
 		return argError("TTL", c.ttl, "must be >= 5ms (Redis counts in milliseconds, and a holder allows for clock drift)")
 	}
@@ -247,11 +265,16 @@ func (c *config) validate() error {
 	if c.maxHold < 0 {
 		return argError("MaxHold", c.maxHold, "must be >= 0")
 	}
-	if c.quarantine < 0 {
-		return argError("RestartQuarantine", c.quarantine, "must be >= 0")
+	if c.quarantine < 0 || c.quarantine > maxTTL {
+		return argError("RestartQuarantine", c.quarantine, "must be between 0 and 24h")
 	}
 	if !c.quarantineSet {
 		c.quarantine = c.ttl // derived again for each TTL a semaphore sets
+	}
+	if !c.acquireSet {
+		// Derived again for each TTL; the 2s cover INFO's rounding of the
+		// uptime (the quarantine may last a second past the TTL).
+		c.acquireTimeout = max(defaultAcquireTimeout, c.quarantine+2*time.Second)
 	}
 	if c.releaseTimeout <= 0 {
 		return argError("ReleaseTimeout", c.releaseTimeout, "must be > 0")

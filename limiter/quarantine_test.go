@@ -1,7 +1,12 @@
 package limiter_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +94,77 @@ func TestRestartQuarantineOff(t *testing.T) {
 		t.Fatalf("TryAcquire with RestartQuarantine(0) on a new server: %v", err)
 	}
 	l.Release(ctxT(t, 5*time.Second))
+}
+
+// A fresh Redis (an integration test's, a new deployment's) with default
+// options: the first Acquire waits the quarantine out (TTL 10s, and up to
+// a second of INFO's rounding) rather than failing at a 10s AcquireTimeout,
+// and the Client says so once, at Info, with how to turn it off.
+func TestFreshRedisFirstAcquireWaitsTheQuarantineOut(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	var logs syncBuffer
+	c, err := limiter.New(srv.Client(t), limiter.Logger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	mu, err := c.Mutex("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mu.TryAcquire(ctxT(t, time.Second)); !errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("TryAcquire on a server younger than the quarantine: %v, want ErrBusy", err)
+	}
+	l, err := mu.Acquire(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("the first Acquire on a fresh Redis, default options: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "RestartQuarantine(0)"); n != 1 {
+		t.Fatalf("the quarantine was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// A wait that ends in the quarantine reports the time left from now, not
+// from the attempt whose answer it kept.
+func TestQuarantineBusyErrorIsCurrent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	const quarantine, wait = 6 * time.Second, 1500 * time.Millisecond
+	c := redistest.Limiter(t, srv.Client(t), limiter.RestartQuarantine(quarantine))
+	mu, err := c.Mutex("current", limiter.AcquireTimeout(wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mu.Acquire(ctxT(t, 10*time.Second))
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) || !busy.Restarted {
+		t.Fatalf("Acquire in the quarantine: %v, want a BusyError with Restarted", err)
+	}
+	// Up to a second of INFO's rounding. The wait's one attempt (the head
+	// sleeps 2s between tries) answered at its start.
+	if most := quarantine + time.Second - wait + 200*time.Millisecond; busy.RetryIn > most {
+		t.Fatalf("after %v, the error says the quarantine ends in %v: more than the %v left", wait, busy.RetryIn, most)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -609,5 +611,75 @@ func TestRedlockRollingRestartKeepsTheLease(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// dialCounter counts a client's dials.
+type dialCounter struct{ n atomic.Int64 }
+
+func (d *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+func (d *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A node that refuses connections is marked down at its first failure and
+// not asked again by acquisitions, releases and refreshes until a probe
+// (one PING per NodeTimeout) finds it back: a dead node sets the pace of
+// nothing. Before, every acquisition dialled it (with go-redis' retries),
+// in the eviction check, the quorum call and the rollback.
+func TestRedlockDeadNodeIsNotAskedPerAcquisition(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	dials := new(dialCounter)
+	q.nodes[2].AddHook(dials)
+	mu, err := newRedlockMutex(t, q.nodes, "dead-node", limiter.NodeTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := mu.TryAcquire(ctx); err != nil || l.Release(ctx) != nil {
+		t.Fatal("warm-up:", err)
+	}
+	q.servers[2].Stop(t)
+	before := dials.n.Load()
+	const cycles = 30
+	for range cycles {
+		l, err := mu.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("acquire with one node refusing: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release with one node refusing: %v", err)
+		}
+	}
+	// The first failure's dials (go-redis tries again: up to 4), and at
+	// most one probe in the 2s NodeTimeout the cycles take at most.
+	if n := dials.n.Load() - before; n > 6 {
+		t.Fatalf("%d dials to the refusing node in %d acquisitions: it is asked every time", n, cycles)
+	}
+}
+
+// With two of three nodes refusing, a failed acquisition is a
+// *QuorumError naming both, by address.
+func TestRedlockQuorumErrorNamesTheDownNodes(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	mu, err := newRedlockMutex(t, q.nodes, "two-down", limiter.NodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[1].Stop(t)
+	q.servers[2].Stop(t)
+	for i := range 2 { // the first finds them down, the second skips them
+		_, err := mu.TryAcquire(ctx)
+		var qe *limiter.QuorumError
+		if !errors.As(err, &qe) || len(qe.Failed) != 2 || qe.Failed[q.servers[1].Addr()] == nil || qe.Failed[q.servers[2].Addr()] == nil {
+			t.Fatalf("try %d with two of three nodes down: %v, want a QuorumError naming both", i, err)
+		}
 	}
 }

@@ -29,6 +29,14 @@ import (
 // f failed nodes only when N >= f·(limit+1)+1: 3 nodes for a mutex with
 // f=1, 4 nodes for limit 2, 5 for limit 3.
 //
+// A node that does not answer (refusing connections, paused, or slower
+// than NodeTimeout) counts as failed, and is not asked again until a
+// background PING (one per NodeTimeout) finds it back, so that a dead node
+// costs the others nothing: with one of three nodes down a mutex keeps
+// about its speed (BENCHMARKS.md). Contenders that split the nodes give
+// their grants back and try again, the one that was granted the first
+// node that is up at once, the others after a short random pause.
+//
 // A node that restarts empty grants nothing on the names it forgot for
 // its RestartQuarantine (default the TTL), and a lease's refresh grants
 // the lease again on a node that lost it (once a quorum confirmed it),
@@ -39,11 +47,9 @@ func NewRedlock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	var c *Client
-	c, err = newClient(opts, func(cfg *config) store.Store {
-		return quorum.New(stores, quorum.Config{NodeTimeout: cfg.nodeWait(), Drift: cfg.drift, Spawn: func(fn func()) { c.spawn(fn) }})
+	return newClient(opts, func(c *Client) store.Store {
+		return quorum.New(stores, quorum.Config{NodeTimeout: c.cfg.nodeWait(), Drift: c.cfg.drift, Spawn: c.spawn, Done: c.ctx.Done()})
 	})
-	return c, err
 }
 
 // checkNodes makes the store of each node, refusing nil and duplicate

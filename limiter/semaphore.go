@@ -83,7 +83,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 		return nil, err
 	case l == nil:
 		s.cfg.metrics.acquired(s.name, outcomeBusy, time.Since(start))
-		return nil, s.busy(r, rep, 1, 0, false)
+		return nil, s.busy(r, rep, time.Now(), 1, 0, false)
 	}
 	s.cfg.metrics.acquired(s.name, outcomeAcquired, time.Since(start))
 	return l, nil
@@ -160,6 +160,9 @@ func (s *Semaphore) attempt(ctx context.Context, r store.AcquireRequest) (*Lease
 		return nil, rep, argError("Weight", r.Weight, fmt.Sprintf("differs from the weight %d that lease %s holds", rep.HeldWeight, r.ID))
 	}
 	if !rep.Granted {
+		if rep.Restarted {
+			s.c.quarantined(rep.RetryIn)
+		}
 		return nil, rep, nil
 	}
 	// Not err: done reads it, and Redis did answer.

@@ -37,6 +37,7 @@ type waiting struct {
 	attempts   int
 	answered   bool               // Redis answered an attempt
 	rep        store.AcquireReply // its last answer
+	answeredAt time.Time          // when that answer arrived
 	subscribed bool               // wake-ups arrive (else: timers only)
 	// queued: the waiter is in the queue, kept alive by the refresher.
 	// unsure: an attempt failed without an answer, so it may have queued
@@ -158,7 +159,7 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 		wt.queued = false // the grant took it out of the queue
 		return l, nil, done
 	}
-	wt.answered = true
+	wt.answered, wt.answeredAt = true, time.Now()
 	wt.w.queued(sent, wt.rep.LastToken)
 	if wt.ctx.Err() != nil { // the answer came after AcquireTimeout: full
 		return nil, wt.gaveUp(nil), done
@@ -168,7 +169,7 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 		wt.w.keepAlive()
 	}
 	if s.cfg.attempts > 0 && wt.attempts >= s.cfg.attempts {
-		return nil, s.busy(wt.r, wt.rep, wt.attempts, time.Since(wt.start), true), done
+		return nil, s.busy(wt.r, wt.rep, wt.answeredAt, wt.attempts, time.Since(wt.start), true), done
 	}
 	return nil, nil, sleep
 }
@@ -247,7 +248,7 @@ func (wt *waiting) gaveUp(err error) error {
 		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
 			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
 	case ownTimeout:
-		return s.busy(wt.r, wt.rep, wt.attempts, time.Since(wt.start), true)
+		return s.busy(wt.r, wt.rep, wt.answeredAt, wt.attempts, time.Since(wt.start), true)
 	}
 	return fmt.Errorf("limiter: acquire %q: %w", s.name, context.Cause(wt.parent))
 }

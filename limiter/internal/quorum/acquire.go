@@ -2,7 +2,9 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/redisstore"
@@ -43,11 +45,15 @@ func (q *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRe
 	return rep, err
 }
 
-// vote asks every node to grant r. It stops early only when enough nodes
-// are full to rule out a quorum. A grant is waited for on every node:
-// returning at a quorum would let a slow node's grant land after the
-// lease was released, holding a permit there until the TTL. With
-// failures, every node is heard so that the error names them.
+// vote asks every node that is up to grant r, until enough nodes are full
+// to rule out a quorum, or every node answered. A grant is waited for on
+// every node that is up: returning at a quorum would leave a slow node's
+// grant to be given back later, holding a permit there meanwhile, and a
+// release that came first would not find it, so that waiters split the
+// nodes again and again. A node that does not answer in NodeTimeout is
+// marked down and not asked again until a probe finds it back (health).
+// What a node answers after the outcome is undone in the background
+// (late).
 func (q *Store) vote(ctx context.Context, k store.Keyspace, r store.AcquireRequest) *votes {
 	n, quorum := len(q.nodes), q.quorum(k)
 	v := &votes{replies: make([]store.AcquireReply, n), errs: make([]error, n)}
@@ -56,17 +62,26 @@ func (q *Store) vote(ctx context.Context, k store.Keyspace, r store.AcquireReque
 	}, func(a nodeAnswer[store.AcquireReply]) bool {
 		v.count(a)
 		return len(v.busy) > n-quorum
-	}, func(a nodeAnswer[store.AcquireReply]) {
-		// A grant after the outcome is given back, by its own token so
-		// that no later attempt with the same id is touched (a lease the
-		// id already held stays with its holder). (Kept for an attempt
-		// that won, it would outlive a release that came first; the
-		// lease's next refresh grants it there again: regain.)
-		if a.err == nil && a.v.Granted && !a.v.Existed {
-			q.releaseOn(k, r.ID, map[int]string{a.i: a.v.Token})
-		}
-	})
+	}, func(a nodeAnswer[store.AcquireReply]) { q.late(k, r, a) })
 	return v
+}
+
+// late undoes a node's answer that came after the attempt's outcome,
+// whatever it was: a grant is given back by its own token, so that no
+// later attempt with the same id is touched (a lease the id already held
+// stays with its holder); a failure, for a random id, by any token, as
+// its grant may have been made with the reply lost. Kept, a late grant of
+// an attempt that won would outlive a release that came first; given
+// back, it cost the slow node a permit for as long as it was slow (never
+// more than its limit: each node keeps its own), and the lease's next
+// refresh grants it there again (regain).
+func (q *Store) late(k store.Keyspace, r store.AcquireRequest, a nodeAnswer[store.AcquireReply]) {
+	switch {
+	case a.err == nil && a.v.Granted && !a.v.Existed:
+		q.releaseOn(k, r.ID, map[int]string{a.i: a.v.Token})
+	case a.err != nil && !r.IDGiven && !errors.As(a.err, new(*downError)):
+		q.releaseOn(k, r.ID, map[int]string{a.i: ""})
+	}
 }
 
 // decide turns the votes into a grant, a full semaphore or a failure.
@@ -92,7 +107,7 @@ func (q *Store) decide(ctx context.Context, k store.Keyspace, r store.AcquireReq
 		// Failures alone do not rule out a quorum: the semaphore is full
 		// (or we were too slow for the TTL); wait as on a single node,
 		// on a timer too, since nodes do not queue in order.
-		return q.full(v), nil
+		return q.full(v, elapsed), nil
 	}
 	return store.AcquireReply{}, q.error(quorum, "acquire", len(v.granted), v.busy, v.errs)
 }
@@ -142,9 +157,11 @@ func (q *Store) rollback(k store.Keyspace, r store.AcquireRequest, v *votes, tok
 
 // full is the reply of a full semaphore: the earliest expiry any full node
 // gave. When contenders split the nodes, each gave its part back,
-// silently: they try again after a short random pause, so that one of
-// them wins next time.
-func (q *Store) full(v *votes) store.AcquireReply {
+// silently, and they try again: the one that was granted the first node
+// that is up at once (no other can have been granted it), the others
+// after a random pause of one to three attempts' length, so that the
+// first wins next time rather than all splitting again.
+func (q *Store) full(v *votes, elapsed time.Duration) store.AcquireReply {
 	rep := store.AcquireReply{Head: true}
 	for i, b := range v.busy {
 		if i == 0 || v.replies[b].RetryIn < rep.RetryIn {
@@ -154,8 +171,11 @@ func (q *Store) full(v *votes) store.AcquireReply {
 		rep.Restarted = rep.Restarted || v.replies[b].Restarted
 	}
 	if len(v.granted) > 0 {
-		nt := q.cfg.NodeTimeout
-		rep.RetryIn = min(rep.RetryIn, nt/2+rand.N(nt+time.Millisecond))
+		pause := elapsed + rand.N(2*elapsed+time.Millisecond)
+		if slices.Contains(v.granted, q.firstUp()) {
+			pause = 0
+		}
+		rep.RetryIn = min(rep.RetryIn, pause)
 	}
 	return rep
 }

@@ -33,11 +33,15 @@ type Config struct {
 	Drift func(ttl time.Duration) time.Duration
 	// Spawn runs a goroutine its Client waits for when it closes.
 	Spawn func(func())
+	// Done is closed when the Client closes: the probes of nodes found
+	// down end then.
+	Done <-chan struct{}
 }
 
 // Store runs the same scripts on every node and counts answers.
 type Store struct {
 	nodes     []*redisstore.Store
+	health    []health // per node
 	cfg       Config
 	lastToken atomic.Int64 // highest token seen, so proposals only grow
 	// regaining holds the leases (keyspace id, lease id) with a regain in
@@ -52,7 +56,7 @@ var _ store.Store = (*Store)(nil)
 
 // New returns the quorum of nodes, which must be distinct.
 func New(nodes []*redisstore.Store, cfg Config) *Store {
-	return &Store{nodes: nodes, cfg: cfg, now: time.Now}
+	return &Store{nodes: nodes, health: make([]health, len(nodes)), cfg: cfg, now: time.Now}
 }
 
 // ShiftClock makes the Store propose tokens from a clock off by d, as a
@@ -94,9 +98,11 @@ type nodeAnswer[T any] struct {
 // gather asks the given nodes (nil: all) in parallel and hands their
 // answers to decide as they arrive, until decide returns true, every node
 // answered, or ctx ends: a stopped node must not make every call wait out
-// its timeout. Each node call is bounded by the node timeout but not
-// cancelled with ctx, so what was started finishes; answers that come
-// after gather returned go to late (if not nil), in the background.
+// its timeout. A node known to be down is not asked: it answers at once
+// with its downError (see health). Each node call is bounded by the node
+// timeout but not cancelled with ctx, so what was started finishes;
+// answers that come after gather returned go to late (if not nil), in the
+// background.
 func gather[T any](ctx context.Context, q *Store, nodes []int, ask func(ctx context.Context, i int, n *redisstore.Store) (T, error),
 	decide func(a nodeAnswer[T]) bool, late func(a nodeAnswer[T])) {
 	if nodes == nil {
@@ -104,10 +110,15 @@ func gather[T any](ctx context.Context, q *Store, nodes []int, ask func(ctx cont
 	}
 	answers := make(chan nodeAnswer[T], len(nodes))
 	for _, i := range nodes {
+		if err := q.skip(i); err != nil {
+			answers <- nodeAnswer[T]{i: i, err: err}
+			continue
+		}
 		q.cfg.Spawn(func() {
 			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.cfg.NodeTimeout)
 			defer cancel()
 			v, err := store.Within(nctx, q.cfg.Spawn, func() (T, error) { return ask(nctx, i, q.nodes[i]) })
+			q.heard(i, err)
 			answers <- nodeAnswer[T]{i: i, v: v, err: err}
 		})
 	}

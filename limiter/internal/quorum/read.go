@@ -126,10 +126,10 @@ func (q *Store) Evicting(ctx context.Context, checked *store.NodeSet) (string, e
 // Listen subscribes on every node (one connection each): every node that
 // held a lease wakes its waiters, and a waiter's channel of wake-ups
 // collapses the repeats. The subscription counts as up while any node's
-// is.
+// is, and down once every node failed.
 func (q *Store) Listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
 	var mu sync.Mutex
-	up := make([]bool, len(q.nodes))
+	up, heard := make([]bool, len(q.nodes)), make([]bool, len(q.nodes))
 	var wg sync.WaitGroup
 	for i, n := range q.nodes {
 		wg.Add(1)
@@ -138,10 +138,11 @@ func (q *Store) Listen(ctx context.Context, channel string, deliver func(string)
 			n.Listen(ctx, channel, deliver, func(err error) {
 				mu.Lock()
 				defer mu.Unlock()
-				up[i] = err == nil
-				if slices.Contains(up, true) {
+				up[i], heard[i] = err == nil, true
+				switch {
+				case slices.Contains(up, true):
 					subscribed(nil)
-				} else {
+				case !slices.Contains(heard, false): // down only once every node said so
 					subscribed(fmt.Errorf("limiter: no node to wait on: %s: %w", n.Addr(), err))
 				}
 			})

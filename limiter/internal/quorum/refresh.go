@@ -53,7 +53,14 @@ func (q *Store) Refresh(ctx context.Context, batches []store.RefreshBatch) []sto
 	}
 	answered := 0
 	gather(ctx, q, nil, func(ctx context.Context, _ int, node *redisstore.Store) ([]store.RefreshResult, error) {
-		return node.Refresh(ctx, batches), nil
+		res := node.Refresh(ctx, batches)
+		for _, r := range res {
+			if r.Err == nil {
+				return res, nil
+			}
+		}
+		// Every batch failed: the node's failure (a down node is marked).
+		return res, res[0].Err
 	}, func(a nodeAnswer[[]store.RefreshResult]) bool {
 		for b, t := range tallies {
 			res := store.RefreshResult{Err: a.err}

@@ -57,6 +57,10 @@ func New(rdb redis.UniversalClient, fifo bool) *Store {
 // Addr names the deployment in errors, and tells two apart.
 func (s *Store) Addr() string { return s.dep.addr }
 
+// Ping asks the deployment for a PONG: a quorum's probe of a node it
+// found down.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
 // BoundedByCtx: go-redis puts a context's deadline on the socket only with
 // ContextTimeoutEnabled, so that a call to a stopped server returns by it.
 func (s *Store) BoundedByCtx() bool { return s.dep.ctxTimeout }
