@@ -133,27 +133,6 @@ func holdElsewhere(t testing.TB, rdb *redis.Client, name string) *limiter.Lease 
 	return held
 }
 
-// available returns the permits of name free now, as in reads them: its
-// effective limit (the fleet-wide one when set, else own, the limit of
-// the Semaphore that asks) minus the holders' weights, never below 0.
-func available(ctx context.Context, in *limiter.Inspector, name string, own int64) (int64, error) {
-	limit, err := in.Limit(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	if limit == 0 {
-		limit = own
-	}
-	hs, err := in.Holders(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	for _, h := range hs {
-		limit -= h.Weight
-	}
-	return max(limit, 0), nil
-}
-
 func TestCapAcrossServers(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{
@@ -583,7 +562,7 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 	ctx := context.Background()
 	task := asynq.NewTask("direct", nil)
 	free := func() bool {
-		n, err := available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
+		n, err := redistest.Available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
 		return err == nil && n == 1
 	}
 

@@ -178,7 +178,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			}
 			<-stuckDone
 			redistest.Eventually(t, 5*time.Second, "every permit back", func() bool {
-				n, _ := available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
+				n, _ := redistest.Available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
 				return n == limit
 			})
 		})

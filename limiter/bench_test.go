@@ -215,7 +215,13 @@ func BenchmarkRedlockContendedHandoff(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	calls := func(t testing.TB) map[string]int64 {
+	calls, reset := nodeStats(nodes)
+	runHandoff(b, sem, calls, reset, 1)
+}
+
+// nodeStats reads and resets the command counts of nodes, summed.
+func nodeStats(nodes []*redistest.Server) (calls func(testing.TB) map[string]int64, reset func(testing.TB)) {
+	calls = func(t testing.TB) map[string]int64 {
 		sum := map[string]int64{}
 		for _, n := range nodes {
 			for k, v := range n.CommandCalls(t) {
@@ -224,12 +230,12 @@ func BenchmarkRedlockContendedHandoff(b *testing.B) {
 		}
 		return sum
 	}
-	reset := func(t testing.TB) {
+	reset = func(t testing.TB) {
 		for _, n := range nodes {
 			n.ResetStats(t)
 		}
 	}
-	runHandoff(b, sem, calls, reset, 1)
+	return calls, reset
 }
 
 // startBenchNodes starts 3 independent servers and a client for each.
@@ -264,21 +270,7 @@ func BenchmarkRedlockNodeDown(b *testing.B) {
 				nodes[2].Pause(b)
 				b.Cleanup(func() { nodes[2].Resume(b) })
 			}
-			live := nodes[:2]
-			calls := func(t testing.TB) map[string]int64 {
-				sum := map[string]int64{}
-				for _, n := range live {
-					for k, v := range n.CommandCalls(t) {
-						sum[k] += v
-					}
-				}
-				return sum
-			}
-			reset := func(t testing.TB) {
-				for _, n := range live {
-					n.ResetStats(t)
-				}
-			}
+			calls, reset := nodeStats(nodes[:2]) // the live ones
 			runHandoff(b, sem, calls, reset, 1)
 		})
 	}

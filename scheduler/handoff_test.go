@@ -53,7 +53,7 @@ func TestHandoffToWorker(t *testing.T) {
 	}
 	close(release)
 	redistest.Eventually(t, 10*time.Second, "the worker releases the lock", func() bool {
-		n, _ := available(ctx, in, "export", 1)
+		n, _ := redistest.Available(ctx, in, "export", 1)
 		return n == 1
 	})
 	if e.metrics.Count("export", scheduler.EventAdopted) != 1 || e.metrics.Count("export", scheduler.EventSkippedBusy) != 1 {
@@ -138,7 +138,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	<-returned
 	back := time.Now()
 	redistest.Eventually(t, 10*time.Second, "the lock is released", func() bool {
-		n, _ := available(ctx, e.lc.Inspector(), "zombie", 1)
+		n, _ := redistest.Available(ctx, e.lc.Inspector(), "zombie", 1)
 		return n == 1
 	})
 	if took := time.Since(back); took > 3*time.Second {

@@ -34,28 +34,6 @@ func newEnv(t *testing.T) env {
 	return e
 }
 
-// available returns the permits of name free now, as in reads them: its
-// effective limit (the fleet-wide one when set, else own, the limit of
-// the Semaphore that asks; 1 for a Mutex) minus the holders' weights,
-// never below 0.
-func available(ctx context.Context, in *limiter.Inspector, name string, own int64) (int64, error) {
-	limit, err := in.Limit(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	if limit == 0 {
-		limit = own
-	}
-	hs, err := in.Holders(ctx, name)
-	if err != nil {
-		return 0, err
-	}
-	for _, h := range hs {
-		limit -= h.Weight
-	}
-	return max(limit, 0), nil
-}
-
 // worker runs an asynq server whose handlers go through Adopt, with its
 // own limiter Client, as a worker process would.
 func (e env) worker(t *testing.T, h asynq.HandlerFunc, opts ...scheduler.Option) {
