@@ -6,6 +6,7 @@ import (
 
 	"github.com/redsem/redsem/limiter/internal/quorum"
 	"github.com/redsem/redsem/limiter/internal/redisstore"
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // AcquireOnce runs the acquire script once for id, queueing as wait (""
@@ -23,6 +24,9 @@ func AcquireOnce(ctx context.Context, s *Semaphore, id, wait string, reclaim boo
 	rep, err := s.c.st.Acquire(ctx, s.keys, r)
 	return rep.Granted, err
 }
+
+// QueueTTL is how long a queue entry lives unless kept alive.
+const QueueTTL = store.QueueTTL
 
 // ShiftQuorumClock makes a Redlock Client propose tokens from a clock
 // off by d, as a client on a machine with a wrong clock would.

@@ -189,3 +189,46 @@ func waiterComesAndGoes(t *testing.T, rdb *redis.Client, mu *limiter.Mutex, name
 		t.Fatal(err)
 	}
 }
+
+// A release behind a long queue walks a bounded part of it: one page to
+// the live head waiter it grants to, and at most four pages (64 entries)
+// of waiters whose Clients are gone, which it drops (the next release
+// goes on from there). The issue measured a release behind 1,000 queued
+// waiters at 160-280 µs of Redis time against 7 µs without.
+func TestReleaseBehindALongQueueIsBounded(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb := srv.Client(t)
+	for _, c := range []struct {
+		name     string
+		dead     bool
+		maxPages int64
+	}{{"live", false, 1}, {"dead", true, 4}} {
+		sem, err := newSemaphore(t, rdb, "long-queue-"+c.name, 1, limiter.TTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1000 {
+			id := fmt.Sprintf("%s-%d", c.name, i)
+			if _, err := limiter.AcquireOnce(ctx, sem, id, id, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.dead { // their Clients stopped keeping the entries alive
+			time.Sleep(limiter.QueueTTL + 100*time.Millisecond)
+		}
+		srv.ResetStats(t)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		calls := srv.CommandCalls(t)
+		if calls["zrange"] > c.maxPages || calls["hmget"] > c.maxPages+1 {
+			t.Fatalf("release behind 1,000 %s waiters read %d pages of the queue (%d HMGETs), want at most %d: %v",
+				c.name, calls["zrange"], calls["hmget"], c.maxPages, calls)
+		}
+	}
+}
