@@ -45,7 +45,7 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 // limiter.ReleaseTimeout, limiter.MaxHold); they override the options the
 // limiter.Client was made with. limiter.Prefix is a Client option: give it
 // to limiter.New (here it is an *ArgumentError). The rules' TTL and AcquireTimeout override the limiter's
-// TTL, AcquireTimeout and AttemptsLimit. A bad option makes New return the
+// TTL and AcquireTimeout. A bad option makes New return the
 // limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own
 // Metrics are labelled by rule.
@@ -181,7 +181,7 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 	for i, r := range rs {
 		// The rule's TTL and an unbounded AcquireTimeout come after the
 		// user's limiter options, so they win: waits are bounded here.
-		r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0), limiter.AttemptsLimit(0))
+		r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0))
 		if _, err := client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil { // validates the options now
 			return nil, fmt.Errorf("asynqmw: rules[%d]: %w", i, err)
 		}
@@ -369,9 +369,8 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Leas
 	m.opts.metrics.runs(rule, 1)
 	defer m.opts.metrics.runs(rule, -1)
 	err := lease.Run(ctx, fn)
-	var rerr *limiter.ReleaseError
-	if errors.As(err, &rerr) {
+	if errors.Is(err, limiter.ErrReleaseFailed) {
 		// Not fatal: the permit comes back when the lease's TTL runs out.
-		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", rerr)
+		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
 	}
 }

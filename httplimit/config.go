@@ -91,9 +91,9 @@ type options struct {
 // limiter.MaxHold, limiter.ReleaseTimeout, limiter.Metrics); they
 // override the options the limiter.Client was made with. limiter.Prefix
 // is a Client option: give it to limiter.New (here it is an
-// *ArgumentError). The config's AcquireTimeout overrides their AcquireTimeout
-// and AttemptsLimit. A bad option makes Middleware or NewTransport return
-// the limiter's *ArgumentError.
+// *ArgumentError). The config's AcquireTimeout overrides theirs. A bad
+// option makes Middleware or NewTransport return the limiter's
+// *ArgumentError.
 func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
@@ -138,7 +138,7 @@ func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout 
 		acquireTimeout = defaultAcquireTimeout
 	}
 	// AcquireTimeout alone (with the request's context) bounds the wait.
-	semOpts := append(slices.Clone(o.limiterOpts), limiter.AcquireTimeout(max(acquireTimeout, 0)), limiter.AttemptsLimit(0))
+	semOpts := append(slices.Clone(o.limiterOpts), limiter.AcquireTimeout(max(acquireTimeout, 0)))
 	if _, err := client.Semaphore(name, limit, semOpts...); err != nil {
 		var ae *limiter.ArgumentError
 		if errors.As(err, &ae) {

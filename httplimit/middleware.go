@@ -121,10 +121,9 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		next.ServeHTTP(w, r.WithContext(ctx))
 		return nil
 	})
-	var rerr *limiter.ReleaseError
-	if errors.As(err, &rerr) {
+	if errors.Is(err, limiter.ErrReleaseFailed) {
 		// Not the client's problem: the permits come back at the TTL.
-		m.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(), "err", rerr)
+		m.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(), "err", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 type leaseCtxKey struct{}
@@ -29,7 +30,7 @@ func LeaseFrom(ctx context.Context) (*Lease, bool) {
 // stays held.
 //
 // Run returns fn's error, joined with an error matching ErrLeaseLost
-// whenever the lease was lost before fn returned, and with a *ReleaseError
+// whenever the lease was lost before fn returned, and with ErrReleaseFailed
 // when the release failed (other than the lease being gone).
 func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	switch {
@@ -52,33 +53,23 @@ func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (er
 			return
 		}
 		if rerr := l.Release(ctx); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
-			err = errors.Join(err, &ReleaseError{Err: rerr})
+			err = errors.Join(err, fmt.Errorf("%w: %w", ErrReleaseFailed, rerr))
 		}
 	}()
 	return fn(runCtx)
 }
 
-// ReleaseError reports that the release at the end of Lease.Run (or Do)
-// failed, so the permits come back only when the lease's TTL runs out;
-// the work itself ran under the lease. Err is the release's error
-// (usually a Redis failure or ReleaseTimeout running out).
-type ReleaseError struct {
-	Err error
-}
-
-// Error says the release failed and why.
-func (e *ReleaseError) Error() string {
-	return "limiter: release after the work failed (the permits free at the TTL): " + e.Err.Error()
-}
-
-// Unwrap returns the release's error.
-func (e *ReleaseError) Unwrap() error { return e.Err }
+// ErrReleaseFailed reports that the release at the end of Lease.Run (or
+// Do) failed, so the permits come back only when the lease's TTL runs out;
+// the work itself ran under the lease. The release's own error (usually a
+// Redis failure or ReleaseTimeout running out) is wrapped beside it.
+var ErrReleaseFailed = errors.New("limiter: release after the work failed (the permits free at the TTL)")
 
 // Do acquires (waiting as Acquire does) and runs fn under the lease (see
 // Lease.Run): fn's context is cancelled with cause ErrLeaseLost on loss
 // and carries the lease, and the lease is released when fn returns. It
 // returns Acquire's error, or fn's error joined with ErrLeaseLost when the
-// lease was lost and with a *ReleaseError when the release failed.
+// lease was lost and with ErrReleaseFailed when the release failed.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	if fn == nil {
 		return argError("fn", nil, "must not be nil")

@@ -118,8 +118,8 @@ func testDoReportsLossAndReturnsPromptly(t *testing.T, b backend) {
 		})
 		took := time.Since(returned)
 		resume()
-		if err == nil {
-			t.Fatal("Do with an unreachable Redis at release: no error")
+		if !errors.Is(err, limiter.ErrReleaseFailed) {
+			t.Fatalf("Do with an unreachable Redis at release: %v, want ErrReleaseFailed", err)
 		}
 		if took > time.Second {
 			t.Fatalf("Do blocked %v on the release (ReleaseTimeout 200ms); started %v ago", took, time.Since(start))

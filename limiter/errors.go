@@ -12,12 +12,12 @@ import (
 var (
 	// ErrBusy reports that the semaphore had no room for the request.
 	// TryAcquire returns it at once; Acquire returns it (together with
-	// ErrTimeout) when AcquireTimeout or AttemptsLimit ran out. Use
+	// ErrTimeout) when AcquireTimeout ran out. Use
 	// errors.As with *BusyError for the retry hint.
 	ErrBusy = errors.New("limiter: semaphore is full")
 
 	// ErrTimeout reports that Acquire gave up waiting because AcquireTimeout
-	// elapsed or AttemptsLimit was reached. It always comes with ErrBusy.
+	// elapsed. It always comes with ErrBusy.
 	// Cancellation or a deadline of the caller's own context is reported as
 	// that context's error instead.
 	ErrTimeout = errors.New("limiter: timed out waiting for a permit")

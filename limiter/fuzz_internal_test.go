@@ -387,7 +387,7 @@ func FuzzOptions(f *testing.F) {
 			{"TTL", TTL(time.Duration(ttl))},
 			{"RefreshInterval", RefreshInterval(time.Duration(refresh))},
 			{"AcquireTimeout", AcquireTimeout(time.Duration(acquire))},
-			{"AttemptsLimit", AttemptsLimit(attempts)},
+			{"", nil}, // was AttemptsLimit: its bit and argument are kept so the seeds keep their meaning
 			{"Prefix", Prefix(prefix)},
 			{"ClockDrift", ClockDrift(drift)},
 			{"NodeTimeout", NodeTimeout(time.Duration(node))},
@@ -559,7 +559,6 @@ func brokenBounds(c config) []string {
 	}
 	add(refresh < 0 || refresh >= c.ttl-c.drift(c.ttl), "RefreshInterval")
 	add(c.acquireTimeout < 0, "AcquireTimeout")
-	add(c.attempts < 0, "AttemptsLimit")
 	add(strings.ContainsAny(c.prefix, "{}"), "Prefix")
 	add(c.nodeTimeout < 0 || c.nodeTimeout >= c.ttl, "NodeTimeout")
 	add(c.maxHold < 0, "MaxHold")

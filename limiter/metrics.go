@@ -10,7 +10,7 @@ import (
 const (
 	outcomeAcquired = "acquired"
 	outcomeBusy     = "busy"     // TryAcquire found no room
-	outcomeTimeout  = "timeout"  // AcquireTimeout or AttemptsLimit ran out
+	outcomeTimeout  = "timeout"  // AcquireTimeout ran out
 	outcomeCanceled = "canceled" // the caller's context ended
 	outcomeError    = "error"    // Redis failed
 )

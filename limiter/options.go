@@ -18,7 +18,6 @@ type config struct {
 	refreshSet     bool
 	acquireTimeout time.Duration
 	acquireSet     bool
-	attempts       int
 	prefix         string
 	onLost         func(*Lease, error)
 	metrics        *Collector
@@ -89,10 +88,6 @@ func RefreshInterval(d time.Duration) Option {
 func AcquireTimeout(d time.Duration) Option {
 	return func(c *config) { c.acquireTimeout, c.acquireSet = d, true }
 }
-
-// AttemptsLimit bounds how many times Acquire asks Redis before it gives up
-// with ErrTimeout (default 0 = unbounded).
-func AttemptsLimit(n int) Option { return func(c *config) { c.attempts = n } }
 
 // Prefix sets the key prefix of every name of the Client (default
 // "redsem:"), and of its wake channel. It must not contain '{' or '}',
@@ -250,9 +245,6 @@ func (c *config) validate() error {
 	}
 	if c.acquireTimeout < 0 {
 		return argError("AcquireTimeout", c.acquireTimeout, "must be >= 0")
-	}
-	if c.attempts < 0 {
-		return argError("AttemptsLimit", c.attempts, "must be >= 0")
 	}
 	for _, r := range c.prefix {
 		if r == '{' || r == '}' {

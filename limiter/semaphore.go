@@ -97,7 +97,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // now fit.
 //
 // It gives up with a *BusyError matching ErrBusy and ErrTimeout when
-// AcquireTimeout or AttemptsLimit runs out, with an error wrapping
+// AcquireTimeout runs out, with an error wrapping
 // context.Cause(ctx) when ctx ends first, and with ErrClosed when the
 // Client is closed; in each case it holds nothing and leaves the queue,
 // passing its turn on. A Redis failure is returned at once, wrapped,

@@ -62,7 +62,6 @@ func TestBadInput(t *testing.T) {
 		{"refresh > TTL", "RefreshInterval", newSem(limiter.TTL(time.Second), limiter.RefreshInterval(2*time.Second))},
 		{"negative refresh", "RefreshInterval", newSem(limiter.RefreshInterval(-1))},
 		{"negative acquire timeout", "AcquireTimeout", newSem(limiter.AcquireTimeout(-1))},
-		{"negative attempts", "AttemptsLimit", newSem(limiter.AttemptsLimit(-1))},
 		{"prefix with brace", "Prefix", newSem(limiter.Prefix("a{b"))},
 		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
 		{"prefix of a semaphore", "Prefix", newSem(limiter.Prefix("other:"))},

@@ -168,9 +168,6 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 		wt.queued = true
 		wt.w.keepAlive()
 	}
-	if s.cfg.attempts > 0 && wt.attempts >= s.cfg.attempts {
-		return nil, s.busy(wt.r, wt.rep, wt.answeredAt, wt.attempts, time.Since(wt.start), true), done
-	}
 	return nil, nil, sleep
 }
 

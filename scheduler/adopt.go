@@ -152,9 +152,8 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			}
 			return herr
 		})
-		var rerr *limiter.ReleaseError
-		if errors.As(err, &rerr) {
-			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", rerr)
+		if errors.Is(err, limiter.ErrReleaseFailed) {
+			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", err)
 		}
 		return out
 	})
