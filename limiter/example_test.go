@@ -174,3 +174,32 @@ func ExampleLease_Park() {
 	// newer token: true
 	// release: <nil>
 }
+
+// An operator's view: the names in use, who holds one, and a fleet-wide
+// limit that every process's Semaphore of that name obeys at once.
+func ExampleInspector() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
+	ctx := context.Background()
+
+	sem, _ := client.Semaphore("example:inspected", 5)
+	lease, err := sem.Acquire(ctx, limiter.Weight(2), limiter.ID("worker-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+
+	in := client.Inspector()
+	names, _ := in.Names(ctx, "example:insp*")
+	holders, _ := in.Holders(ctx, "example:inspected")
+	if err := in.SetLimit(ctx, "example:inspected", 3); err != nil {
+		panic(err)
+	}
+	limit, _ := in.Limit(ctx, "example:inspected")
+	_ = in.SetLimit(ctx, "example:inspected", 0) // clear it: each process's own limit again
+	fmt.Println(names, holders[0].ID, holders[0].Weight, limit)
+	// Output:
+	// [example:inspected] worker-1 2 3
+}
