@@ -12,6 +12,7 @@
 //
 //	go run . -multi                # both tables, ~2 min
 //	go run . -multi -inproc=false  # only the multi-process one
+//	go run . -redlock -inproc=false # Redlock on 3 nodes, then one stopped
 package main
 
 import (
@@ -41,11 +42,12 @@ func main() {
 	multi := flag.Bool("multi", false, "run the multi-process scenarios (worker processes)")
 	rounds := flag.Int("rounds", 3, "multi-process: rounds per scenario and library (medians)")
 	multiDur := flag.Duration("multi-dur", 2*time.Second, "multi-process: length of one run")
+	redlock := flag.Bool("redlock", false, "run the Redlock table: 3 nodes, then one stopped (worker processes)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	o := options{inproc: *inproc, multi: *multi, nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur,
+	o := options{inproc: *inproc, multi: *multi, redlock: *redlock, nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur,
 		rounds: max(*rounds, 1), multiDur: *multiDur}
 	if err := run(ctx, os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -55,6 +57,7 @@ func main() {
 
 type options struct {
 	inproc, multi    bool
+	redlock          bool
 	nUnc, nCon, nSem int
 	capDur           time.Duration
 	rounds           int
@@ -88,6 +91,13 @@ func run(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 		printMulti(out, rows, o.rounds, o.multiDur)
+	}
+	if o.redlock {
+		rows, err := runRedlock(ctx, env, o.rounds, o.multiDur)
+		if err != nil {
+			return err
+		}
+		printRedlock(out, rows, o.rounds, o.multiDur)
 	}
 	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
 	return nil

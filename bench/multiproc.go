@@ -121,6 +121,7 @@ func (l MultiLib) config(sc MultiScenario) string {
 // workerConfig is what a worker process is told, as JSON in workerEnv.
 type workerConfig struct {
 	Addr       string
+	Nodes      []string // the Redlock table's nodes (Addr the first)
 	Lib        string
 	Key        string
 	Proc       int
@@ -190,9 +191,11 @@ func WorkerMain() int {
 func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport, err error) {
 	rep.Proc = cfg.Proc
 	var lib *MultiLib
-	for i := range MultiLibs {
-		if MultiLibs[i].Name == cfg.Lib {
-			lib = &MultiLibs[i]
+	for _, libs := range [][]MultiLib{MultiLibs, RedlockLibs} {
+		for i := range libs {
+			if libs[i].Name == cfg.Lib {
+				lib = &libs[i]
+			}
 		}
 	}
 	if lib == nil {
@@ -202,6 +205,14 @@ func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport,
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Addr, ContextTimeoutEnabled: true})
 	rdb.AddHook(countHook{&sent})
 	p := &Proc{RDB: rdb}
+	for i, addr := range cfg.Nodes {
+		n := rdb
+		if i > 0 {
+			n = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			n.AddHook(countHook{&sent})
+		}
+		p.Nodes = append(p.Nodes, n)
+	}
 	closed := false
 	defer func() {
 		if !closed {
@@ -381,7 +392,7 @@ func RunMulti(ctx context.Context, e *Env, sc MultiScenario, lib MultiLib, o Mul
 		}
 	}()
 	for i := range ws {
-		cfg := workerConfig{Addr: e.Addr, Lib: lib.Name, Key: key, Proc: i, Goroutines: sc.Goroutines,
+		cfg := workerConfig{Addr: e.Addr, Nodes: e.Nodes, Lib: lib.Name, Key: key, Proc: i, Goroutines: sc.Goroutines,
 			Limit: sc.Limit, Hold: sc.Hold, Pause: sc.Pause, PerGoroutine: o.PerGoroutine}
 		cmd, err := workerCommand(lib, cfg)
 		if err != nil {

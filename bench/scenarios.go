@@ -68,6 +68,27 @@ type Lib struct {
 type Proc struct {
 	RDB *redis.Client
 	lim *limiter.Client
+	// Nodes are the independent nodes of the Redlock table (RDB the
+	// first), and rl the process's Redlock Client over them.
+	Nodes []*redis.Client
+	rl    *limiter.Client
+}
+
+// Redlock returns the process's Redlock Client over its Nodes, made on
+// first use, with the quarantine off as Limiter's.
+func (p *Proc) Redlock() (*limiter.Client, error) {
+	if p.rl == nil {
+		nodes := make([]redis.UniversalClient, len(p.Nodes))
+		for i, n := range p.Nodes {
+			nodes[i] = n
+		}
+		c, err := limiter.NewRedlock(nodes, limiter.RestartQuarantine(0))
+		if err != nil {
+			return nil, err
+		}
+		p.rl = c
+	}
+	return p.rl, nil
 }
 
 // Limiter returns the process's redsem Client, made on first use. Lockers
@@ -89,15 +110,21 @@ func (p *Proc) Limiter() (*limiter.Client, error) {
 // Close closes the redsem Client, if any (it waits for its goroutines and
 // closes its pub/sub connection), then the go-redis client.
 func (p *Proc) Close() error {
-	var err error
-	if p.lim != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err = p.lim.Close(ctx); err != nil {
-			err = fmt.Errorf("redsem Client.Close: %w", err)
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []*limiter.Client{p.lim, p.rl} {
+		if c != nil {
+			if err := c.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("redsem Client.Close: %w", err))
+			}
 		}
 	}
-	return errors.Join(err, p.RDB.Close())
+	errs = append(errs, p.RDB.Close())
+	for _, n := range p.Nodes[min(1, len(p.Nodes)):] { // the first is RDB
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // closeProc closes p at the end of a run, reporting a failure in *err
@@ -339,7 +366,10 @@ func redislockObtain(retry func() redislock.RetryStrategy) func(*Proc, string) (
 
 // Env is one Redis and the clients the scenarios use on it.
 type Env struct {
-	Addr  string
+	Addr string
+	// Nodes, while the Redlock table runs, are its independent nodes
+	// (Addr the first).
+	Nodes []string
 	admin *redis.Client // INFO only; not counted
 	sent  atomic.Int64  // commands passed through the counted clients' hooks
 	seq   atomic.Int64
