@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// readmeACL is the README's least-privilege user (its ACL line), under
+// the prefix the doctor tests use.
+const readmeACL = "on >pw ~redsem:* resetchannels &redsem:* -@all +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping +time +hmget +hset +hdel +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore +pexpireat +persist +publish"
+
+// doctorResult is one doctor run: its exit status, findings and errors.
+type doctorResult struct {
+	code     int
+	findings []finding
+	stderr   string
+}
+
+// runDoctor runs the whole command, as main does, with -json.
+func runDoctor(t *testing.T, args ...string) doctorResult {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append([]string{"doctor", "-json", "-timeout", "5s"}, args...)
+	r := doctorResult{code: run(args, &stdout, &stderr, env(nil)), stderr: stderr.String()}
+	if err := json.Unmarshal(stdout.Bytes(), &r.findings); err != nil && r.code != 2 {
+		t.Fatalf("doctor %q: exit %d, output not JSON: %v\n%s\n%s", args, r.code, err, stdout.String(), r.stderr)
+	}
+	return r
+}
+
+// find returns the finding of check on node; it fails the test when there
+// is none.
+func (r doctorResult) find(t *testing.T, node, check string) finding {
+	t.Helper()
+	for _, f := range r.findings {
+		if f.Node == node && f.Check == check {
+			return f
+		}
+	}
+	t.Fatalf("no %s finding for %s in %+v", check, node, r.findings)
+	return finding{}
+}
+
+// want checks a finding's status, and that its text holds each of texts.
+func (r doctorResult) want(t *testing.T, node, check, status string, texts ...string) finding {
+	t.Helper()
+	f := r.find(t, node, check)
+	if f.Status != status {
+		t.Errorf("%s %s: %s (%s), want %s", node, check, f.Status, f.Found, status)
+	}
+	for _, s := range texts {
+		if !strings.Contains(f.Found+" "+f.Advice, s) {
+			t.Errorf("%s %s: %q / %q lacks %q", node, check, f.Found, f.Advice, s)
+		}
+	}
+	if f.Status != statusOK && f.Advice == "" && check != "quarantine" {
+		t.Errorf("%s %s: %s without advice", node, check, f.Status)
+	}
+	return f
+}
+
+func TestDoctorHealthy(t *testing.T) {
+	srv := redistest.StartServer(t)
+	r := runDoctor(t, "-addr", srv.Addr())
+	if r.code != 0 {
+		t.Fatalf("exit %d on a well-configured server: %s\n%+v", r.code, r.stderr, r.findings)
+	}
+	for _, f := range r.findings {
+		if f.Node != srv.Addr() || (f.Status != statusOK && f.Status != statusWarn) {
+			t.Errorf("finding %+v", f)
+		}
+	}
+	a := srv.Addr()
+	r.want(t, a, "eviction", statusOK, "no maxmemory")
+	r.want(t, a, "persistence", statusWarn, "forgets every lease", "RestartQuarantine")
+	r.want(t, a, "version", statusOK, "functions")
+	r.want(t, a, "acl", statusOK, "ACL DRYRUN default")
+	r.want(t, a, "replicas", statusOK, "0 connected")
+	r.want(t, a, "clock", statusOK)
+	r.want(t, a, "quarantine", statusWarn)
+	if len(r.findings) != 7 {
+		t.Errorf("%d findings, want 7: %+v", len(r.findings), r.findings)
+	}
+}
+
+func TestDoctorText(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory", "10mb", "--maxmemory-policy", "volatile-lru")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"doctor", "-addr", srv.Addr()}, &stdout, &stderr, env(nil))
+	out := stdout.String()
+	if code != 1 || !strings.Contains(stderr.String(), "1 error(s)") {
+		t.Errorf("exit %d, stderr %q, want 1 and the count", code, stderr.String())
+	}
+	ls := lines(out)
+	if got := strings.Join(ls[0], " "); got != "NODE CHECK STATUS FOUND" {
+		t.Errorf("header %q\n%s", got, out)
+	}
+	if !strings.Contains(out, srv.Addr()+"  eviction     error   maxmemory 10.00M with maxmemory-policy volatile-lru") ||
+		!strings.Contains(out, "-> CONFIG SET maxmemory-policy noeviction") ||
+		!strings.Contains(out, "7 checks: 4 ok, 2 warnings, 1 errors") {
+		t.Errorf("text output:\n%s", out)
+	}
+}
+
+func TestDoctorEviction(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")
+	r := runDoctor(t, "-addr", srv.Addr())
+	if r.code != 1 {
+		t.Errorf("exit %d with allkeys-lru, want 1", r.code)
+	}
+	r.want(t, srv.Addr(), "eviction", statusError, "allkeys-lru", "noeviction")
+
+	if err := srv.Client(t).ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runDoctor(t, "-addr", srv.Addr())
+	r.want(t, srv.Addr(), "eviction", statusOK, "noeviction")
+	if r.code != 0 {
+		t.Errorf("exit %d with noeviction, want 0", r.code)
+	}
+}
+
+func TestDoctorPersistence(t *testing.T) {
+	srv := redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	r := runDoctor(t, "-addr", srv.Addr())
+	r.want(t, srv.Addr(), "persistence", statusOK, "appendfsync always", "RestartQuarantine(0)")
+
+	srv = redistest.StartServer(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	runDoctor(t, "-addr", srv.Addr()).want(t, srv.Addr(), "persistence", statusWarn, "appendfsync everysec", "does not see")
+
+	srv = redistest.StartServer(t, "--save", "3600 1")
+	runDoctor(t, "-addr", srv.Addr()).want(t, srv.Addr(), "persistence", statusWarn, "RDB snapshots", "does not see")
+}
