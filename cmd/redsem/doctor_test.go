@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redsem/redsem/internal/redistest"
 )
@@ -135,4 +136,101 @@ func TestDoctorPersistence(t *testing.T) {
 
 	srv = redistest.StartServer(t, "--save", "3600 1")
 	runDoctor(t, "-addr", srv.Addr()).want(t, srv.Addr(), "persistence", statusWarn, "RDB snapshots", "does not see")
+}
+
+func TestDoctorACL(t *testing.T) {
+	srv := redistest.StartServer(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	setUser := func(name, rules string) {
+		t.Helper()
+		args := []any{"acl", "setuser", name}
+		for _, r := range strings.Fields(rules) {
+			args = append(args, r)
+		}
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUser("full", readmeACL)
+	setUser("nofcall", strings.Replace(readmeACL, " +fcall", "", 1))
+	setUser("nohget", strings.Replace(readmeACL, " +hget", "", 1))
+	a := srv.Addr()
+	as := func(user string) doctorResult {
+		return runDoctor(t, "-addr", a, "-user", user, "-password", "pw")
+	}
+
+	// The README's user cannot run ACL DRYRUN: the script checks instead.
+	r := as("full")
+	r.want(t, a, "acl", statusOK, "redis.acl_check_cmd")
+	r.want(t, a, "version", statusOK)
+	if r.code != 0 {
+		t.Errorf("README's user: exit %d: %+v", r.code, r.findings)
+	}
+
+	r = as("nofcall")
+	r.want(t, a, "acl", statusWarn, "may not run: fcall (", "+fcall", "EVALSHA")
+	r.want(t, a, "version", statusWarn, "refuses FCALL:")
+	if r.code != 0 {
+		t.Errorf("without fcall (a fallback): exit %d, want 0", r.code)
+	}
+
+	r = as("nohget")
+	r.want(t, a, "acl", statusError, "may not run: hget (", "+hget")
+	if r.code != 1 {
+		t.Errorf("without hget: exit %d, want 1", r.code)
+	}
+
+	// An admin checks itself by ACL DRYRUN, which also sees a refusal.
+	setUser("default", "-hget")
+	runDoctor(t, "-addr", a).want(t, a, "acl", statusError, "may not run: hget (ACL DRYRUN default)")
+}
+
+func TestDoctorQuarantine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	r := runDoctor(t, "-addr", srv.Addr(), "-ttl", "1h")
+	f := r.want(t, srv.Addr(), "quarantine", statusWarn, "restart quarantine (-ttl 1h0m0s)", "RestartQuarantine(0)")
+	_, after, _ := strings.Cut(f.Found, "no state for until ")
+	until, err := time.Parse(time.RFC3339, strings.Fields(after+" ")[0])
+	if d := time.Until(until) - time.Hour; err != nil || d.Abs() > time.Minute {
+		t.Errorf("resume time %q (%v), want in about an hour", f.Found, err)
+	}
+	if r.code != 0 {
+		t.Errorf("a quarantine is no error: exit %d", r.code)
+	}
+
+	// The limiter's arithmetic: INFO's uptime may run a second ahead.
+	n := &node{addr: "n", info: map[string]string{"uptime_in_seconds": "11"}}
+	env := checkEnv{ttl: 10 * time.Second}
+	if f := checkQuarantine(context.Background(), n, env); f.Status != statusOK {
+		t.Errorf("up 11s, ttl 10s: %+v", f)
+	}
+	n.info["uptime_in_seconds"] = "10"
+	if f := checkQuarantine(context.Background(), n, env); f.Status != statusWarn || !strings.Contains(f.Found, "(in 1s)") {
+		t.Errorf("up 10s, ttl 10s: %+v", f)
+	}
+}
+
+func TestDoctorReplicas(t *testing.T) {
+	master := redistest.StartServer(t)
+	a := master.Addr()
+	r := runDoctor(t, "-addr", a, "-wait-replicas", "1")
+	r.want(t, a, "replicas", statusError, "0 connected replica(s), -wait-replicas 1", "ErrNotReplicated")
+	if r.code != 1 {
+		t.Errorf("exit %d, want 1", r.code)
+	}
+
+	host, port, _ := strings.Cut(a, ":")
+	replica := redistest.StartServer(t, "--replicaof", host, port)
+	redistest.Eventually(t, 10*time.Second, "the replica connected", func() bool {
+		info, err := master.Client(t).Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1")
+	})
+	r = runDoctor(t, "-addr", a, "-wait-replicas", "1")
+	r.want(t, a, "replicas", statusOK, "1 connected replica(s)")
+	if r.code != 0 {
+		t.Errorf("exit %d with the replica, want 0: %+v", r.code, r.findings)
+	}
+	runDoctor(t, "-addr", a).want(t, a, "replicas", statusWarn, "failover can lose", "WaitReplicas")
+	runDoctor(t, "-addr", replica.Addr()).want(t, replica.Addr(), "replicas", statusError, "role slave")
 }
