@@ -234,3 +234,89 @@ func TestDoctorReplicas(t *testing.T) {
 	runDoctor(t, "-addr", a).want(t, a, "replicas", statusWarn, "failover can lose", "WaitReplicas")
 	runDoctor(t, "-addr", replica.Addr()).want(t, replica.Addr(), "replicas", statusError, "role slave")
 }
+
+func TestDoctorCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	r := runDoctor(t, "-cluster", strings.Join(c.Addrs(), ","))
+	if r.code != 0 {
+		t.Errorf("exit %d on a healthy Cluster: %s\n%+v", r.code, r.stderr, r.findings)
+	}
+	for _, a := range c.Addrs() {
+		r.want(t, a, "cluster-slots", statusOK, "cluster_state ok, 16384 of 16384 slots served")
+		r.want(t, a, "acl", statusOK)
+		r.want(t, a, "replicas", statusOK)
+	}
+	if len(r.findings) != 3*8 {
+		t.Errorf("%d findings, want 8 on each of 3 masters", len(r.findings))
+	}
+
+	// A master that stops serving its slots breaks them for every node.
+	ctx := context.Background()
+	first := c.Servers()[0].Client(t)
+	if err := first.Do(ctx, "cluster", "delslotsrange", "0", "99").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runDoctor(t, "-cluster", strings.Join(c.Addrs(), ","))
+	r.want(t, c.Addrs()[0], "cluster-slots", statusError, "redis-cli --cluster check")
+	if r.code != 1 {
+		t.Errorf("exit %d with slots unserved, want 1", r.code)
+	}
+}
+
+func TestDoctorRedlock(t *testing.T) {
+	nodes := redistest.StartNodes(t, 2)
+	down := closedAddr(t)
+	r := runDoctor(t, "-redlock", nodes[0].Addr()+","+nodes[1].Addr()+","+down)
+	r.want(t, down, "connect", statusError, "does not answer")
+	r.want(t, "all", "clock-skew", statusOK, "between the nodes")
+	for _, n := range nodes {
+		r.want(t, n.Addr(), "clock", statusOK)
+		for _, f := range r.findings {
+			if f.Node == n.Addr() && (f.Check == "replicas" || f.Check == "cluster-slots") {
+				t.Errorf("a Redlock node is not checked for %s", f.Check)
+			}
+		}
+	}
+	if r.code != 1 {
+		t.Errorf("exit %d with a node down, want 1", r.code)
+	}
+}
+
+func TestDoctorSkew(t *testing.T) {
+	at := func(addr string, ahead time.Duration) *node {
+		return &node{addr: addr, offset: offset{ahead: ahead}}
+	}
+	for _, c := range []struct {
+		a, b time.Duration
+		want string
+	}{
+		{0, 50 * time.Millisecond, statusOK},
+		{-60 * time.Millisecond, 60 * time.Millisecond, statusWarn},
+		{time.Second, -time.Millisecond, statusError},
+	} {
+		f := checkSkewBetween([]*node{at("a", c.a), at("b", c.b)})
+		if f.Status != c.want {
+			t.Errorf("offsets %v and %v: %+v, want %s", c.a, c.b, f, c.want)
+		}
+	}
+	if f := checkSkewBetween([]*node{at("a", 0)}); f.Status != statusWarn {
+		t.Errorf("one node: %+v", f)
+	}
+}
+
+func TestDoctorUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"doctor", "x"}, {"doctor", "-wait-replicas", "-1"}, {"doctor", "-ttl", "0s"},
+		{"doctor", "-redlock", "a:1,b:2", "-addr", "c:3"}, {"doctor", "-redlock", "a:1", "-cluster", "b:2"},
+		{"doctor", "-redlock", "a:1", "-wait-replicas", "1"}, {"doctor", "-redlock", ","},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr, env(nil)); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage): %s", args, code, stderr.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"doctor", "-addr", closedAddr(t)}, &stdout, &stderr, env(nil)); code != 1 || !strings.Contains(stderr.String(), "cannot connect") {
+		t.Errorf("unreachable: exit %d, %q", code, stderr.String())
+	}
+}
