@@ -181,6 +181,10 @@ func TestDoctorACL(t *testing.T) {
 		t.Errorf("without hget: exit %d, want 1", r.code)
 	}
 
+	// A user refused PING still gets its report.
+	setUser("noping", strings.Replace(readmeACL, " +ping", "", 1))
+	as("noping").want(t, a, "acl", statusError, "may not run: ping (")
+
 	// An admin checks itself by ACL DRYRUN, which also sees a refusal.
 	setUser("default", "-hget")
 	runDoctor(t, "-addr", a).want(t, a, "acl", statusError, "may not run: hget (ACL DRYRUN default)")
