@@ -195,7 +195,7 @@ func TestDoctorQuarantine(t *testing.T) {
 	r := runDoctor(t, "-addr", srv.Addr(), "-ttl", "1h")
 	f := r.want(t, srv.Addr(), "quarantine", statusWarn, "restart quarantine (-ttl 1h0m0s)", "RestartQuarantine(0)")
 	_, after, _ := strings.Cut(f.Found, "no state for until ")
-	until, err := time.Parse(time.RFC3339, strings.Fields(after+" ")[0])
+	until, err := time.Parse(time.RFC3339, strings.Fields(after + " ")[0])
 	if d := time.Until(until) - time.Hour; err != nil || d.Abs() > time.Minute {
 		t.Errorf("resume time %q (%v), want in about an hour", f.Found, err)
 	}
