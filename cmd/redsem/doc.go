@@ -1,7 +1,8 @@
 // Command redsem lets an operator look inside the semaphores of
 // github.com/redsem/redsem/limiter and steer them: list them, show who
 // holds one and who waits for it, watch it live, read or set a limit the
-// whole fleet obeys, and force-release a stuck lease.
+// whole fleet obeys, force-release a stuck lease, and check that a Redis
+// deployment keeps the limiter's promises (doctor).
 //
 //	go install github.com/redsem/redsem/cmd/redsem@latest
 //
@@ -13,6 +14,7 @@
 //	redsem [flags] watch NAME          show, live, until Ctrl-C
 //	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
 //	redsem [flags] release NAME ID     force-release the lease with id ID
+//	redsem [flags] doctor              check Redis against the limiter's promises
 //
 // Flags may come before or after the command and its arguments; "--" ends
 // them, for names that start with '-'.
@@ -29,6 +31,9 @@
 //	-prefix P          key prefix of the limiter Clients (default "redsem:")
 //	-timeout D         bound on the whole command; for watch, on each poll (default 10s)
 //	-interval D        watch: time between polls (default 500ms)
+//	-redlock A,B,...   doctor: check these independent nodes (a Redlock quorum)
+//	-wait-replicas N   doctor: the WaitReplicas n of your Clients (default 0)
+//	-ttl D             doctor: the longest TTL of your Clients (default 10s)
 //
 // Without -addr or -cluster, REDIS_URL (redis://[user:pass@]host:port/db
 // or rediss://…, as redis.ParseURL reads it) says where Redis is. -user
@@ -75,7 +80,41 @@
 // limiter.ErrLeaseLost. Until then it may still act as the holder; only
 // resources that check fencing tokens are protected.
 //
-// Exit status: 0 success; 1 an error (Redis unreachable or failing, no
-// lease with that id); 2 a usage error (unknown command, wrong arguments,
-// bad flag, unreadable REDIS_URL or -tls-ca). Errors go to standard error.
+// doctor checks every node (the server, each master of a Cluster, or each
+// -redlock node) and prints, per check, what it found and what to do;
+// with -json an array of {node, check, status, found, advice}, status
+// "ok", "warn" or "error". The checks:
+//
+//   - eviction: maxmemory with any policy but noeviction (volatile-*
+//     too) is an error: an evicted key forgets its holders.
+//   - persistence: what a restart forgets (none: every lease, and new
+//     names wait out the restart quarantine; RDB or AOF everysec: the
+//     latest grants, which the quarantine does not see). Never an error.
+//   - version: Redis 7+ with FCALL and FUNCTION LOAD allowed runs the
+//     functions; otherwise the limiter falls back to EVALSHA (a warning).
+//   - acl: the commands of the README's ACL line (plus WAIT with
+//     -wait-replicas, CLUSTER SLOTS on a Cluster), checked without
+//     running them: by ACL DRYRUN when the user may run it, else from a
+//     script with redis.acl_check_cmd. A refused fcall or function|load
+//     is a warning, any other refusal an error.
+//   - cluster-slots: each master sees cluster_state ok and all 16384
+//     slots served.
+//   - replicas: a replica in place of a master is an error, so is a
+//     master with fewer replicas than -wait-replicas; replicas without
+//     -wait-replicas are a warning (a failover can lose grants).
+//   - clock: each node's TIME against this host's clock, and with
+//     -redlock the nodes' against one another: a warning above 100ms, an
+//     error above 1s.
+//   - quarantine: a server up for less than -ttl (plus INFO's rounding)
+//     grants nothing on new names yet: a warning that says when that ends.
+//
+// An unreachable Redlock node is an error finding; the other nodes are
+// still checked. -redlock nodes take -user, -password (or REDIS_PASSWORD)
+// and the TLS flags, not REDIS_URL.
+//
+// Exit status: 0 success (doctor: no error found, warnings allowed); 1 an
+// error (Redis unreachable or failing, no lease with that id; doctor: a
+// check found an error); 2 a usage error (unknown command, wrong
+// arguments, bad flag, unreadable REDIS_URL or -tls-ca). Errors go to
+// standard error.
 package main

@@ -24,6 +24,9 @@ const usage = `usage:
   redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
   redsem [flags] release NAME ID     force-release the lease with id ID; its
                                      holder learns of the loss at its next refresh
+  redsem [flags] doctor              check that Redis keeps the limiter's promises:
+                                     eviction, persistence, version, ACL, slots,
+                                     replicas, clocks, restart quarantine
 
 flags (before or after the command; -- ends them):
   -json              print JSON for scripts (watch: one object a line, per change)
@@ -38,10 +41,15 @@ flags (before or after the command; -- ends them):
   -prefix P          key prefix of the limiter Clients (default "redsem:")
   -timeout D         bound on the whole command; for watch, on each poll (default 10s)
   -interval D        watch: time between polls (default 500ms)
+  -redlock A,B,...   doctor: check these independent nodes (a Redlock quorum)
+  -wait-replicas N   doctor: the WaitReplicas n of your Clients (default 0)
+  -ttl D             doctor: the longest TTL of your Clients, which is the
+                     restart quarantine (default 10s)
 
 LIMIT is the fleet limit set with the limit command; "-" means none is set
 and each process uses the limit its code gives, which redsem cannot see.
-exit status: 0 ok (watch: also when ended by SIGINT or SIGTERM), 1 error, 2 usage
+exit status: 0 ok (watch: also when ended by SIGINT or SIGTERM; doctor: also
+with warnings), 1 error (doctor: a check found one), 2 usage
 `
 
 func main() {
@@ -68,11 +76,14 @@ type options struct {
 	interval time.Duration
 	json     bool
 	tty      bool // standard output is a terminal: set by run, not a flag
+	doctor   doctorOptions
 }
 
 // action is one command, its arguments checked, waiting for a Client.
 type action struct {
 	run func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error
+	// direct connects by itself (doctor: to each node), within -timeout.
+	direct func(ctx context.Context, w io.Writer, o options, getenv func(string) string) error
 	// live runs until SIGINT or SIGTERM, which end it with exit status 0;
 	// -timeout bounds the connection and each read instead of the whole.
 	live bool
@@ -121,6 +132,9 @@ func parse(args []string) (options, action, error) {
 	fs.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
 	fs.DurationVar(&o.interval, "interval", 500*time.Millisecond, "watch: time between polls")
+	fs.StringVar(&o.doctor.redlock, "redlock", "", "doctor: independent nodes")
+	fs.IntVar(&o.doctor.waitReplicas, "wait-replicas", 0, "doctor: WaitReplicas n")
+	fs.DurationVar(&o.doctor.ttl, "ttl", limiter.DefaultTTL, "doctor: the longest TTL")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return o, action{}, err
@@ -138,6 +152,9 @@ func parse(args []string) (options, action, error) {
 	}
 	if o.interval <= 0 {
 		return o, action{}, usagef("-interval must be > 0")
+	}
+	if err := o.doctor.check(o.conn); err != nil {
+		return o, action{}, err
 	}
 	if len(pos) == 0 {
 		return o, action{}, errNoCommand
@@ -226,6 +243,11 @@ func command(name string, args []string) (action, error) {
 		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
 			return setLimit(ctx, w, c, args[0], n, o.json)
 		})
+	case "doctor":
+		if err := nargs(0, 0, ""); err != nil {
+			return action{}, err
+		}
+		return action{direct: doctor}, nil
 	case "release":
 		if err := nargs(2, 2, "NAME ID"); err != nil {
 			return action{}, err
@@ -239,6 +261,11 @@ func command(name string, args []string) (action, error) {
 
 // execute connects, runs act within -timeout, and disconnects.
 func execute(o options, act action, w io.Writer, getenv func(string) string) error {
+	if act.direct != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		return withTimeout(ctx, act.direct(ctx, w, o, getenv), o.timeout)
+	}
 	rdb, where, err := o.conn.client(getenv)
 	if err != nil {
 		return err
