@@ -21,12 +21,17 @@ import (
 type quorum struct {
 	servers []*redistest.Server
 	nodes   []redis.UniversalClient
+	// observers read the nodes for the test on connections of their own:
+	// a node client the Client uses may answer with the last dial error
+	// its probes met while the node restarted.
+	observers []*redis.Client
 }
 
 func startQuorum(t *testing.T, n int) quorum {
 	q := quorum{servers: redistest.StartNodes(t, n)}
 	for _, s := range q.servers {
 		q.nodes = append(q.nodes, s.Client(t))
+		q.observers = append(q.observers, s.Client(t))
 	}
 	return q
 }
@@ -48,13 +53,13 @@ func leaseCount(t *testing.T, q quorum, i int, prefix string) int64 {
 // leaseIDs are the ids of the leases node i holds under prefix, sorted.
 func leaseIDs(t *testing.T, q quorum, i int, prefix string) []string {
 	t.Helper()
-	keys, err := q.nodes[i].Keys(context.Background(), prefix+"*:leases").Result()
+	keys, err := q.observers[i].Keys(context.Background(), prefix+"*:leases").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for _, k := range keys {
-		for _, m := range q.nodes[i].ZRange(context.Background(), k, 0, -1).Val() {
+		for _, m := range q.observers[i].ZRange(context.Background(), k, 0, -1).Val() {
 			if m != "" { // the set's keep-alive member
 				ids = append(ids, m)
 			}
