@@ -3,9 +3,12 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -237,5 +240,126 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 		if mine := s.Addr() == owner.Options().Addr; mine != (calls["wait"] > 0) || mine != (scripts > 0) {
 			t.Errorf("node %s (owns the name: %t): %d WAIT, %d script calls", s.Addr(), mine, calls["wait"], scripts)
 		}
+	}
+}
+
+// deadCalls counts, per node address, the commands and pipelines a
+// ClusterClient sent to that node's client: how hard a process knocks on
+// a dead master.
+type deadCalls struct{ byAddr sync.Map } // addr -> *atomic.Int64
+
+func (d *deadCalls) count(addr string) *atomic.Int64 {
+	n, _ := d.byAddr.LoadOrStore(addr, new(atomic.Int64))
+	return n.(*atomic.Int64)
+}
+
+// watch adds a hook counting every call to each node client of cc.
+func (d *deadCalls) watch(cc *redis.ClusterClient) {
+	cc.OnNewNode(func(node *redis.Client) {
+		n := d.count(node.Options().Addr)
+		node.AddHook(countHook{n})
+	})
+}
+
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// A master killed -9 refuses connections, which go-redis does not take as
+// a reason to read the slot map again: without help, grants came back
+// only at its next periodic reload, ~10 s after the kill. They must come
+// back within seconds of the replica's promotion, and the dead address
+// must not be hammered meanwhile.
+func TestClusterMasterKilledGrantsResume(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []limiter.Option
+	}{
+		{"plain", nil},
+		// The pipeline path (script + WAIT on the master's own client).
+		{"WaitReplicas", []limiter.Option{limiter.WaitReplicas(1, 200*time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testMasterKilled(t, tc.opts) })
+	}
+}
+
+func testMasterKilled(t *testing.T, opts []limiter.Option) {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartClusterWithReplicas(t, 3)
+	var calls deadCalls
+	cc := cl.Client(t)
+	calls.watch(cc)
+	const name = "job"
+	sem, err := clientFor(t, cc, opts...).Semaphore(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := cc.MasterForKey(ctx, "{"+name+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Four callers take and give back a permit, retrying failures after
+	// 1 ms as a busy worker would. With WaitReplicas the promoted master
+	// has no replica, so it answers with a ReplicationError, not a grant:
+	// that answer is what comes back then.
+	var lastGrant atomic.Int64 // unix ns of the last grant or answer
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := sem.TryAcquire(ctx)
+				var re *limiter.ReplicationError
+				if err == nil || errors.As(err, &re) {
+					lastGrant.Store(time.Now().UnixNano())
+				}
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	redistest.Eventually(t, 5*time.Second, "a grant or answer before the kill", func() bool { return lastGrant.Load() != 0 })
+
+	killed, before := time.Now(), calls.count(dead.Options().Addr).Load()
+	_, promoted := cl.KillMaster(t, "{"+name+"}")
+	var resumed time.Time
+	for end := promoted.Add(15 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if g := time.Unix(0, lastGrant.Load()); g.After(promoted) {
+			resumed = g
+			break
+		}
+	}
+	deadCalls := calls.count(dead.Options().Addr).Load() - before
+	if resumed.IsZero() {
+		t.Fatalf("no grant within 15s of the promotion (%v after the kill); %d calls to the dead master", promoted.Sub(killed), deadCalls)
+	}
+	outage := resumed.Sub(killed)
+	t.Logf("promoted %v after the kill; first grant or answer %v after the promotion; %d calls to the dead master (%.0f/s)",
+		promoted.Sub(killed).Round(time.Millisecond), resumed.Sub(promoted).Round(time.Millisecond), deadCalls, float64(deadCalls)/outage.Seconds())
+	if d := resumed.Sub(promoted); d > 3*time.Second {
+		t.Errorf("grants resumed %v after the promotion, want within 3s", d)
+	}
+	// Hundreds a second (thousands with WaitReplicas) before the dead
+	// node was left alone between tries; a few a second per try since.
+	if rate := float64(deadCalls) / outage.Seconds(); rate > 100 {
+		t.Errorf("%.0f calls a second to the dead master, want a few", rate)
 	}
 }

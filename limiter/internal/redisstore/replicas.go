@@ -36,8 +36,15 @@ func (s *Store) CanWait(w store.ReplicaWait) error {
 // none does. It returns WAIT's answer, or its failure; a
 // script's own reply and error are in its command.
 func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.ReplicaWait, sc luaScript, send func(p redis.Pipeliner, way sendWay)) (acked int, err error) {
+	addr := ""
+	if s.dep.reload != nil {
+		addr = node.Options().Addr
+	}
 	for way := s.firstWay(sc); ; {
 		loads := s.loads.Load()
+		if err := s.admit(addr); err != nil {
+			return 0, refuse(ctx, node, way, send, err)
+		}
 		var wait *redis.Cmd
 		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			send(p, way)
@@ -65,6 +72,7 @@ func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.Repl
 			way, _ = s.nextWay(ctx, way, scripts[i].Err(), loads)
 			continue
 		}
+		s.observe(ctx, addr, cmds[0].Err())
 		if s.dep.reload != nil && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isMoved(c.Err()) }) {
 			s.dep.reload(ctx) // the next call goes to the slot's new master
 		}
@@ -74,6 +82,30 @@ func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.Repl
 		n, err := wait.Int64()
 		return int(n), err
 	}
+}
+
+// refuse fails the calls send would queue with err, sending nothing: their
+// node did not answer lately (unreachable.go). It returns err, as WAIT's
+// failure.
+func refuse(ctx context.Context, node *redis.Client, way sendWay, send func(p redis.Pipeliner, way sendWay), err error) error {
+	r := &recorder{Pipeliner: node.Pipeline()}
+	send(r, way)
+	for _, c := range r.cmds {
+		c.SetErr(err)
+	}
+	return err
+}
+
+// recorder keeps the commands queued on it, for refuse: a pipeline that is
+// never sent.
+type recorder struct {
+	redis.Pipeliner
+	cmds []redis.Cmder
+}
+
+func (r *recorder) Process(ctx context.Context, cmd redis.Cmder) error {
+	r.cmds = append(r.cmds, cmd)
+	return nil
 }
 
 func isMoved(err error) bool {
