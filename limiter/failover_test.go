@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,7 +226,7 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 	const name = "job{a}}{b"
 	mu, _ := clientFor(t, cc, limiter.WaitReplicas(1, 50*time.Millisecond)).Mutex(name)
 	var re *limiter.ReplicationError
-	if _, err := mu.TryAcquire(ctx); !errors.As(err, &re) || re.Acked != 0 {
+	if _, err := mu.TryAcquire(ctx); !errors.As(err, &re) || re.Acked != 0 || re.Connected != 0 {
 		t.Fatalf("TryAcquire on masters without replicas: want a ReplicationError, got %v", err)
 	}
 	if hs, err := limiter.Holders(ctx, mu); err != nil || len(hs) != 0 {
@@ -283,13 +285,42 @@ func TestClusterMasterKilledGrantsResume(t *testing.T) {
 	}{
 		{"plain", nil},
 		// The pipeline path (script + WAIT on the master's own client).
+		// The promoted master has no replica: its answers must say so, and
+		// the Client log it once.
 		{"WaitReplicas", []limiter.Option{limiter.WaitReplicas(1, 200*time.Millisecond)}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testMasterKilled(t, tc.opts) })
+		t.Run(tc.name, func(t *testing.T) {
+			var warns warnCounter
+			few := testMasterKilled(t, append(tc.opts, limiter.Logger(slog.New(&warns)))...)
+			if tc.opts == nil {
+				return
+			}
+			if few == nil || few.Connected != 0 || few.Want != 1 {
+				t.Errorf("after the promotion: want a ReplicationError saying 0 of 1 replicas are connected, got %v", few)
+			}
+			if n := warns.n.Load(); n != 1 {
+				t.Errorf("logged the missing replicas %d times, want once", n)
+			}
+		})
 	}
 }
 
-func testMasterKilled(t *testing.T, opts []limiter.Option) {
+// warnCounter counts the Warn records about missing replicas.
+type warnCounter struct{ n atomic.Int64 }
+
+func (*warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "fewer connected replicas") {
+		w.n.Add(1)
+	}
+	return nil
+}
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
+
+// testMasterKilled returns the first ReplicationError after the
+// promotion, if any.
+func testMasterKilled(t *testing.T, opts ...limiter.Option) *limiter.ReplicationError {
 	ctx := ctxT(t, 60*time.Second)
 	cl := redistest.StartClusterWithReplicas(t, 3)
 	var calls deadCalls
@@ -310,6 +341,8 @@ func testMasterKilled(t *testing.T, opts []limiter.Option) {
 	// has no replica, so it answers with a ReplicationError, not a grant:
 	// that answer is what comes back then.
 	var lastGrant atomic.Int64 // unix ns of the last grant or answer
+	var promotedAt atomic.Int64
+	var firstFew atomic.Pointer[limiter.ReplicationError]
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -327,6 +360,9 @@ func testMasterKilled(t *testing.T, opts []limiter.Option) {
 				if err == nil || errors.As(err, &re) {
 					lastGrant.Store(time.Now().UnixNano())
 				}
+				if re != nil && promotedAt.Load() != 0 {
+					firstFew.CompareAndSwap(nil, re)
+				}
 				if err != nil {
 					time.Sleep(time.Millisecond)
 					continue
@@ -340,6 +376,7 @@ func testMasterKilled(t *testing.T, opts []limiter.Option) {
 
 	killed, before := time.Now(), calls.count(dead.Options().Addr).Load()
 	_, promoted := cl.KillMaster(t, "{"+name+"}")
+	promotedAt.Store(promoted.UnixNano())
 	var resumed time.Time
 	for end := promoted.Add(15 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if g := time.Unix(0, lastGrant.Load()); g.After(promoted) {
@@ -349,7 +386,7 @@ func testMasterKilled(t *testing.T, opts []limiter.Option) {
 	}
 	deadCalls := calls.count(dead.Options().Addr).Load() - before
 	if resumed.IsZero() {
-		t.Fatalf("no grant within 15s of the promotion (%v after the kill); %d calls to the dead master", promoted.Sub(killed), deadCalls)
+		t.Fatalf("no grant or answer within 15s of the promotion (%v after the kill); %d calls to the dead master", promoted.Sub(killed), deadCalls)
 	}
 	outage := resumed.Sub(killed)
 	t.Logf("promoted %v after the kill; first grant or answer %v after the promotion; %d calls to the dead master (%.0f/s)",
@@ -362,4 +399,5 @@ func testMasterKilled(t *testing.T, opts []limiter.Option) {
 	if rate := float64(deadCalls) / outage.Seconds(); rate > 100 {
 		t.Errorf("%.0f calls a second to the dead master, want a few", rate)
 	}
+	return firstFew.Load()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -80,8 +82,29 @@ func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.Repl
 			return 0, nil
 		}
 		n, err := wait.Int64()
+		if err == nil && int(n) < w.N {
+			err = fewReplicas(ctx, node, w.N)
+		}
 		return int(n), err
 	}
+}
+
+// fewReplicas returns a *store.FewReplicas when node, whose WAIT fell
+// short, has fewer than n connected replicas, else nil: asked only then,
+// so the replicas' count costs nothing while they keep up.
+func fewReplicas(ctx context.Context, node *redis.Client, n int) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			if c, err := strconv.Atoi(v); err == nil && c < n {
+				return &store.FewReplicas{Addr: node.Options().Addr, Connected: c}
+			}
+		}
+	}
+	return nil
 }
 
 // refuse fails the calls send would queue with err, sending nothing: their
