@@ -89,6 +89,18 @@ func (c *Cluster) masterAndReplica(slot int) (master, replica *Server, err error
 	return nil, nil, fmt.Errorf("redistest: no master serves slot %d", slot)
 }
 
+// MasterOf returns the master serving key's slot, e.g. to Restart it
+// after KillMaster: it comes back empty and rejoins as a replica of the
+// master that took its slots over.
+func (c *Cluster) MasterOf(t testing.TB, key string) *Server {
+	t.Helper()
+	m, _, err := c.masterAndReplica(keySlot(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // KillMaster kills -9 the master serving key's slot (nothing more leaves
 // it; it stays down) and returns its replica once that replica says it is
 // the master (role:master), and when it did, within 10 ms: the moment a
