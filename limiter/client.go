@@ -45,6 +45,8 @@ type Client struct {
 	hub        *hub
 	eviction   evictionCheck
 	quarantine quarantineNotice
+	// fewReplicas: see replicas.go.
+	fewReplicas fewReplicasNotice
 
 	ids *ids // its lease ids: the live leases, and what a retry may take back
 }

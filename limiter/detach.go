@@ -97,7 +97,7 @@ func (l *Lease) Park(ctx context.Context, ttl time.Duration) error {
 	if !rep.Granted {
 		return fmt.Errorf("limiter: park %q lease %s: %w", s.name, l.id, ErrNotHeld)
 	}
-	return confirm(s.cfg.replicas, "park", s.name, rep.Acked, rep.WaitErr)
+	return s.confirm("park", rep.Acked, rep.WaitErr)
 }
 
 // parkedOwner is the holder of a parked lease: no Client's id is empty.

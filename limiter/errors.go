@@ -53,11 +53,21 @@ type ReplicationError struct {
 	Timeout time.Duration
 	// Err is why WAIT itself failed (then Acked is 0), or nil.
 	Err error
+	// Connected is how many replicas the master had connected when fewer
+	// than Want confirmed and it had fewer than Want (a promoted replica
+	// has none until another syncs from it): no timeout could have been
+	// met. -1 when the master had enough, or was not asked.
+	Connected int
+	// Master is the address of that master when Connected is known.
+	Master string
 }
 
 // Error says how many replicas confirmed the write.
 func (e *ReplicationError) Error() string {
 	msg := fmt.Sprintf("limiter: %s %q: %d of %d replica(s) confirmed within %v", e.Op, e.Name, e.Acked, e.Want, e.Timeout)
+	if e.Connected >= 0 {
+		msg += fmt.Sprintf(": master %s has only %d connected replica(s)", e.Master, e.Connected)
+	}
 	if e.Err != nil {
 		msg += ": WAIT failed: " + e.Err.Error()
 	}
@@ -175,5 +185,10 @@ func confirm(w store.ReplicaWait, op, name string, acked int, waitErr error) err
 	if !w.On() || (waitErr == nil && acked >= w.N) {
 		return nil
 	}
-	return &ReplicationError{Name: name, Op: op, Want: w.N, Acked: acked, Timeout: w.Timeout, Err: waitErr}
+	e := &ReplicationError{Name: name, Op: op, Want: w.N, Acked: acked, Timeout: w.Timeout, Err: waitErr, Connected: -1}
+	var few *store.FewReplicas
+	if errors.As(waitErr, &few) {
+		e.Err, e.Connected, e.Master = nil, few.Connected, few.Addr
+	}
+	return e
 }

@@ -3,9 +3,14 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -221,7 +226,7 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 	const name = "job{a}}{b"
 	mu, _ := clientFor(t, cc, limiter.WaitReplicas(1, 50*time.Millisecond)).Mutex(name)
 	var re *limiter.ReplicationError
-	if _, err := mu.TryAcquire(ctx); !errors.As(err, &re) || re.Acked != 0 {
+	if _, err := mu.TryAcquire(ctx); !errors.As(err, &re) || re.Acked != 0 || re.Connected != 0 {
 		t.Fatalf("TryAcquire on masters without replicas: want a ReplicationError, got %v", err)
 	}
 	if hs, err := limiter.Holders(ctx, mu); err != nil || len(hs) != 0 {
@@ -238,4 +243,161 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 			t.Errorf("node %s (owns the name: %t): %d WAIT, %d script calls", s.Addr(), mine, calls["wait"], scripts)
 		}
 	}
+}
+
+// deadCalls counts, per node address, the commands and pipelines a
+// ClusterClient sent to that node's client: how hard a process knocks on
+// a dead master.
+type deadCalls struct{ byAddr sync.Map } // addr -> *atomic.Int64
+
+func (d *deadCalls) count(addr string) *atomic.Int64 {
+	n, _ := d.byAddr.LoadOrStore(addr, new(atomic.Int64))
+	return n.(*atomic.Int64)
+}
+
+// watch adds a hook counting every call to each node client of cc.
+func (d *deadCalls) watch(cc *redis.ClusterClient) {
+	cc.OnNewNode(func(node *redis.Client) {
+		n := d.count(node.Options().Addr)
+		node.AddHook(countHook{n})
+	})
+}
+
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// A master killed -9 refuses connections, which go-redis does not take as
+// a reason to read the slot map again: without help, grants came back
+// only at its next periodic reload, ~10 s after the kill. They must come
+// back within seconds of the replica's promotion, and the dead address
+// must not be hammered meanwhile.
+func TestClusterMasterKilledGrantsResume(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []limiter.Option
+	}{
+		{"plain", nil},
+		// The pipeline path (script + WAIT on the master's own client).
+		// The promoted master has no replica: its answers must say so, and
+		// the Client log it once.
+		{"WaitReplicas", []limiter.Option{limiter.WaitReplicas(1, 200*time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var warns warnCounter
+			few := testMasterKilled(t, append(tc.opts, limiter.Logger(slog.New(&warns)))...)
+			if tc.opts == nil {
+				return
+			}
+			if few == nil || few.Connected != 0 || few.Want != 1 {
+				t.Errorf("after the promotion: want a ReplicationError saying 0 of 1 replicas are connected, got %v", few)
+			}
+			if n := warns.n.Load(); n != 1 {
+				t.Errorf("logged the missing replicas %d times, want once", n)
+			}
+		})
+	}
+}
+
+// warnCounter counts the Warn records about missing replicas.
+type warnCounter struct{ n atomic.Int64 }
+
+func (*warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "fewer connected replicas") {
+		w.n.Add(1)
+	}
+	return nil
+}
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
+
+// testMasterKilled returns the first ReplicationError after the
+// promotion, if any.
+func testMasterKilled(t *testing.T, opts ...limiter.Option) *limiter.ReplicationError {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartClusterWithReplicas(t, 3)
+	var calls deadCalls
+	cc := cl.Client(t)
+	calls.watch(cc)
+	const name = "job"
+	sem, err := clientFor(t, cc, opts...).Semaphore(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := cc.MasterForKey(ctx, "{"+name+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Four callers take and give back a permit, retrying failures after
+	// 1 ms as a busy worker would. With WaitReplicas the promoted master
+	// has no replica, so it answers with a ReplicationError, not a grant:
+	// that answer is what comes back then.
+	var lastGrant atomic.Int64 // unix ns of the last grant or answer
+	var promotedAt atomic.Int64
+	var firstFew atomic.Pointer[limiter.ReplicationError]
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := sem.TryAcquire(ctx)
+				var re *limiter.ReplicationError
+				if err == nil || errors.As(err, &re) {
+					lastGrant.Store(time.Now().UnixNano())
+				}
+				if re != nil && promotedAt.Load() != 0 {
+					firstFew.CompareAndSwap(nil, re)
+				}
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	redistest.Eventually(t, 5*time.Second, "a grant or answer before the kill", func() bool { return lastGrant.Load() != 0 })
+
+	killed, before := time.Now(), calls.count(dead.Options().Addr).Load()
+	_, promoted := cl.KillMaster(t, "{"+name+"}")
+	promotedAt.Store(promoted.UnixNano())
+	var resumed time.Time
+	for end := promoted.Add(15 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if g := time.Unix(0, lastGrant.Load()); g.After(promoted) {
+			resumed = g
+			break
+		}
+	}
+	deadCalls := calls.count(dead.Options().Addr).Load() - before
+	if resumed.IsZero() {
+		t.Fatalf("no grant or answer within 15s of the promotion (%v after the kill); %d calls to the dead master", promoted.Sub(killed), deadCalls)
+	}
+	outage := resumed.Sub(killed)
+	t.Logf("promoted %v after the kill; first grant or answer %v after the promotion; %d calls to the dead master (%.0f/s)",
+		promoted.Sub(killed).Round(time.Millisecond), resumed.Sub(promoted).Round(time.Millisecond), deadCalls, float64(deadCalls)/outage.Seconds())
+	if d := resumed.Sub(promoted); d > 3*time.Second {
+		t.Errorf("grants resumed %v after the promotion, want within 3s", d)
+	}
+	// Hundreds a second (thousands with WaitReplicas) before the dead
+	// node was left alone between tries; a few a second per try since.
+	if rate := float64(deadCalls) / outage.Seconds(); rate > 100 {
+		t.Errorf("%.0f calls a second to the dead master, want a few", rate)
+	}
+	return firstFew.Load()
 }

@@ -173,7 +173,7 @@ func (l *Lease) applyRefresh(sent time.Time, res store.RefreshResult, j int) err
 	}
 	held := j < len(res.Held) && res.Held[j]
 	if held {
-		if err := confirm(l.sem.cfg.replicas, "refresh", l.sem.name, res.Acked, res.WaitErr); err != nil {
+		if err := l.sem.confirm("refresh", res.Acked, res.WaitErr); err != nil {
 			l.refreshFailed()
 			return err
 		}

@@ -177,7 +177,7 @@ func (s *Semaphore) attempt(ctx context.Context, r store.AcquireRequest) (*Lease
 // before returning, when it cannot be used (see newLease), so that the
 // caller, or Close, sees the permits free.
 func (s *Semaphore) adopt(ctx context.Context, op, id string, given bool, rep store.AcquireReply, sent time.Time, life time.Duration) (*Lease, error) {
-	if err := confirm(s.cfg.replicas, op, s.name, rep.Acked, rep.WaitErr); err != nil {
+	if err := s.confirm(op, rep.Acked, rep.WaitErr); err != nil {
 		s.forget(id, rep.Token)
 		return nil, err
 	}

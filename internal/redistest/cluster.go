@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +16,16 @@ const (
 	// clusterNodeTimeout is small so failure detection in tests takes
 	// seconds, not Redis' default 15 s.
 	clusterNodeTimeout = "2000"
+	// replicatedNodeTimeout is smaller still for a Cluster with replicas:
+	// a replica is promoted a second or three after its master dies,
+	// which failover tests wait for.
+	replicatedNodeTimeout = "1000"
 	// clusterReadyTimeout bounds cluster creation plus convergence.
 	clusterReadyTimeout = 30 * time.Second
 )
 
-// Cluster is a Redis Cluster of masters without replicas, built from real
-// cluster-enabled servers owned by a test.
+// Cluster is a Redis Cluster of masters, without replicas or with one
+// each, built from real cluster-enabled servers owned by a test.
 type Cluster struct {
 	servers []*Server
 }
@@ -32,6 +37,20 @@ type Cluster struct {
 // 3 masters. Like StartServer, it fails (never skips) without Redis.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return startCluster(t, masters, 0, clusterNodeTimeout)
+}
+
+// StartClusterWithReplicas is StartCluster with one replica per master
+// (cluster-node-timeout 1 s), returning once every replica is in sync and
+// acknowledges writes (WAIT 1 succeeds on every master), so a test can
+// KillMaster and see a replica promoted.
+func StartClusterWithReplicas(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, 1, replicatedNodeTimeout)
+}
+
+func startCluster(t testing.TB, masters, replicas int, nodeTimeout string) *Cluster {
+	t.Helper()
 	if masters < 3 {
 		t.Fatalf("redistest: StartCluster needs at least 3 masters (redis-cli --cluster create), got %d", masters)
 	}
@@ -39,18 +58,21 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	if err != nil {
 		t.Fatal(InstallHint + " (redis-cli is also required)")
 	}
-	c := &Cluster{servers: make([]*Server, masters)}
+	c := &Cluster{servers: make([]*Server, masters*(1+replicas))}
 	for i := range c.servers {
 		c.servers[i] = startServer(t, true, nil, []string{
 			"--cluster-enabled", "yes",
-			"--cluster-node-timeout", clusterNodeTimeout,
+			"--cluster-node-timeout", nodeTimeout,
+			// No delay before a diskless full sync: Redis waits 5 s by
+			// default for more replicas to share it.
+			"--repl-diskless-sync-delay", "0",
 		}, nil)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -59,6 +81,11 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	}
 	if err := c.waitWritable(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if replicas > 0 {
+		if err := c.waitReplicated(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.ResetStats(t)
 	return c

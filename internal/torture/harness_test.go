@@ -45,6 +45,7 @@ type target struct {
 	addrs          []string
 	redlock        bool
 	sentinelMaster string
+	cluster        bool
 }
 
 // nodes is how many nodes each acquire attempt asks.
@@ -97,7 +98,7 @@ func runScenario(t *testing.T, sz size, s spec) row {
 	for i := range sz.procs {
 		r.procs = append(r.procs, r.startWorker(t, i, workerConfig{
 			Proc: i, Goroutines: sz.goroutines, Addrs: s.target.addrs, Redlock: s.target.redlock,
-			SentinelMaster: s.target.sentinelMaster, CtxTimeout: i%2 == 0, Name: s.semName(), Limit: s.limit,
+			SentinelMaster: s.target.sentinelMaster, Cluster: s.target.cluster, CtxTimeout: i%2 == 0, Name: s.semName(), Limit: s.limit,
 			MaxWeight: s.maxWeight, TTLs: s.ttls, Options: s.options, Observer: os.Getenv("REDIS_ADDR"), Keys: keys,
 			SHA: sha, Broken: slices.Contains(s.broken, i), LongHolder: s.longHolders,
 		}))
@@ -153,7 +154,7 @@ func runScenario(t *testing.T, sz size, s spec) row {
 // fresh servers.
 func (r *run) firstToken(t *testing.T) {
 	t.Helper()
-	rdb, nodes := workerConfig{Addrs: r.target.addrs, Redlock: r.target.redlock, SentinelMaster: r.target.sentinelMaster}.redisClients()
+	rdb, nodes := workerConfig{Addrs: r.target.addrs, Redlock: r.target.redlock, SentinelMaster: r.target.sentinelMaster, Cluster: r.target.cluster}.redisClients()
 	var c *limiter.Client
 	var err error
 	if r.target.redlock {
@@ -364,4 +365,27 @@ func (r *run) waitOutlasting(t *testing.T, d time.Duration) {
 
 func (r *run) note(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// waitGrantAfter waits for the first grant logged after at, and returns
+// it; it fails the test after 20s.
+func (r *run) waitGrantAfter(t *testing.T, at time.Time) record {
+	t.Helper()
+	var seen int64
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		recs, err := r.obs.read(context.Background(), seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen += int64(len(recs))
+		for _, g := range recs {
+			if g.kind == 'G' && time.UnixMicro(g.at).After(at) {
+				return g
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no grant within 20s of %v", at)
+	return record{}
 }

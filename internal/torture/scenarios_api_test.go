@@ -91,6 +91,32 @@ func failover(t *testing.T, sz size) {
 	addRow(runScenario(t, sz, s))
 }
 
+// A Cluster master killed -9 and its replica promoted. go-redis does not
+// reload its slot map on a refused connection; the store does, so grants
+// resume soon after the promotion, which the row notes. With
+// WaitReplicas the promoted master grants nothing until a replica syncs
+// from it: the killed master is restarted (empty) at once, and rejoins
+// as its replica.
+func clusterMasterKilled(t *testing.T, sz size) {
+	c := redistest.StartClusterWithReplicas(t, 3)
+	tg := target{addrs: c.Addrs(), cluster: true}
+	var s spec
+	s = weighted("cluster-master-killed", sz, tg, func(t *testing.T, r *run) {
+		time.Sleep(sz.run / 3)
+		key := "{" + s.semName() + "}" // the name's hash tag
+		dead := c.MasterOf(t, key)
+		killed := time.Now()
+		_, promoted := c.KillMaster(t, key)
+		r.note("promoted %v after the kill", promoted.Sub(killed).Round(time.Millisecond))
+		dead.Restart(t)
+		g := r.waitGrantAfter(t, promoted)
+		r.note("first grant %v after the promotion", time.UnixMicro(g.at).Sub(promoted).Round(time.Millisecond))
+		time.Sleep(sz.run / 3)
+	})
+	s.options = []string{"wait-replicas"}
+	addRow(runScenario(t, sz, s))
+}
+
 // A Redlock node restarted empty at once, while the others run: the
 // quarantine keeps it from granting what it forgot.
 func redlockRestart(t *testing.T, sz size) {

@@ -42,6 +42,7 @@ var scenarios = []scenario{
 	{"blackhole", blackhole},
 	{"failover", failover},
 	{"redlock-restart", redlockRestart},
+	{"cluster-master-killed", clusterMasterKilled},
 }
 
 func TestTorture(t *testing.T) {

@@ -36,6 +36,8 @@ type workerConfig struct {
 	Addrs          []string
 	Redlock        bool
 	SentinelMaster string
+	// Cluster: Addrs are the nodes of a Cluster.
+	Cluster bool
 	// CtxTimeout sets ContextTimeoutEnabled, which changes how the
 	// limiter bounds its calls (the package doc): half the workers use it.
 	CtxTimeout bool
@@ -118,6 +120,12 @@ func (cfg workerConfig) redisClients() (rdb redis.UniversalClient, nodes []redis
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.SentinelMaster, SentinelAddrs: cfg.Addrs,
 			ContextTimeoutEnabled: cfg.CtxTimeout})
 		c.AddHook(hook)
+		return c, nil
+	}
+	if cfg.Cluster {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, ContextTimeoutEnabled: cfg.CtxTimeout})
+		// On the node clients: the WaitReplicas pipelines go there.
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
 		return c, nil
 	}
 	c := redis.NewClient(opts(cfg.Addrs[0]))

@@ -84,18 +84,42 @@ func (s *Store) refreshPlain(ctx context.Context, batches []store.RefreshBatch, 
 		return
 	}
 	way := s.firstWay(refreshScript)
+	addrs, refused := s.admitAll(ctx, batches, calls)
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range calls {
+		for i, c := range calls {
+			if err := refused[addrs[i]]; err != nil {
+				c.cmd = scriptCmd(ctx, refreshScript, way, append(evalArgs(refreshScript, batches[c.batch].Keys, len(c.args)), c.args...))
+				c.cmd.SetErr(err)
+				continue
+			}
 			c.cmd = script(ctx, p, refreshScript, way, batches[c.batch].Keys, c.args...)
 		}
 		return nil
 	})
-	for _, c := range calls {
+	for i, c := range calls {
+		if refused[addrs[i]] == nil {
+			s.observe(ctx, addrs[i], c.cmd.Err())
+		}
 		if lacks(way, c.cmd.Err()) {
 			k := batches[c.batch].Keys
 			c.cmd, _, _ = s.eval(ctx, refreshScript, k, store.ReplicaWait{}, append(evalArgs(refreshScript, k, len(c.args)), c.args...))
 		}
 	}
+}
+
+// admitAll returns the Cluster node address of each call ("" elsewhere),
+// and the error of those that did not answer lately: admitted once per
+// pipeline, so that one call's try does not refuse its neighbours.
+func (s *Store) admitAll(ctx context.Context, batches []store.RefreshBatch, calls []*refreshCall) ([]string, map[string]error) {
+	addrs := make([]string, len(calls))
+	refused := map[string]error{}
+	for i, c := range calls {
+		addrs[i] = s.clusterAddr(ctx, batches[c.batch].Keys.ID())
+		if _, seen := refused[addrs[i]]; !seen {
+			refused[addrs[i]] = s.admit(addrs[i])
+		}
+	}
+	return addrs, refused
 }
 
 // refreshArgs splits a batch into script calls of at most refreshChunk

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -36,8 +38,15 @@ func (s *Store) CanWait(w store.ReplicaWait) error {
 // none does. It returns WAIT's answer, or its failure; a
 // script's own reply and error are in its command.
 func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.ReplicaWait, sc luaScript, send func(p redis.Pipeliner, way sendWay)) (acked int, err error) {
+	addr := ""
+	if s.dep.reload != nil {
+		addr = node.Options().Addr
+	}
 	for way := s.firstWay(sc); ; {
 		loads := s.loads.Load()
+		if err := s.admit(addr); err != nil {
+			return 0, refuse(ctx, node, way, send, err)
+		}
 		var wait *redis.Cmd
 		cmds, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			send(p, way)
@@ -65,6 +74,7 @@ func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.Repl
 			way, _ = s.nextWay(ctx, way, scripts[i].Err(), loads)
 			continue
 		}
+		s.observe(ctx, addr, cmds[0].Err())
 		if s.dep.reload != nil && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return isMoved(c.Err()) }) {
 			s.dep.reload(ctx) // the next call goes to the slot's new master
 		}
@@ -72,8 +82,53 @@ func (s *Store) replicated(ctx context.Context, node *redis.Client, w store.Repl
 			return 0, nil
 		}
 		n, err := wait.Int64()
+		if err == nil && int(n) < w.N {
+			err = fewReplicas(ctx, node, w.N)
+		}
 		return int(n), err
 	}
+}
+
+// fewReplicas returns a *store.FewReplicas when node, whose WAIT fell
+// short, has fewer than n connected replicas, else nil: asked only then,
+// so the replicas' count costs nothing while they keep up.
+func fewReplicas(ctx context.Context, node *redis.Client, n int) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			if c, err := strconv.Atoi(v); err == nil && c < n {
+				return &store.FewReplicas{Addr: node.Options().Addr, Connected: c}
+			}
+		}
+	}
+	return nil
+}
+
+// refuse fails the calls send would queue with err, sending nothing: their
+// node did not answer lately (unreachable.go). It returns err, as WAIT's
+// failure.
+func refuse(ctx context.Context, node *redis.Client, way sendWay, send func(p redis.Pipeliner, way sendWay), err error) error {
+	r := &recorder{Pipeliner: node.Pipeline()}
+	send(r, way)
+	for _, c := range r.cmds {
+		c.SetErr(err)
+	}
+	return err
+}
+
+// recorder keeps the commands queued on it, for refuse: a pipeline that is
+// never sent.
+type recorder struct {
+	redis.Pipeliner
+	cmds []redis.Cmder
+}
+
+func (r *recorder) Process(ctx context.Context, cmd redis.Cmder) error {
+	r.cmds = append(r.cmds, cmd)
+	return nil
 }
 
 func isMoved(err error) bool {

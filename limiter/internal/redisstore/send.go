@@ -144,10 +144,16 @@ func (s *Store) eval(ctx context.Context, sc luaScript, k store.Keyspace, w stor
 	if w.On() {
 		return s.evalWaited(ctx, k, w, sc, args[3+len(k.Keys):]...)
 	}
+	addr := s.clusterAddr(ctx, k.ID())
 	for way := s.firstWay(sc); ; {
 		loads := s.loads.Load()
 		cmd = scriptCmd(ctx, sc, way, args)
+		if err := s.admit(addr); err != nil {
+			cmd.SetErr(err)
+			return cmd, 0, nil
+		}
 		_ = s.rdb.Process(ctx, cmd)
+		s.observe(ctx, addr, cmd.Err())
 		var again bool
 		if way, again = s.nextWay(ctx, way, cmd.Err(), loads); !again {
 			return cmd, 0, nil

@@ -44,6 +44,8 @@ type Store struct {
 	loads   atomic.Uint64
 	loaded  atomic.Bool
 	loading chan struct{}
+	// down: the Cluster nodes that did not answer lately (unreachable.go).
+	down unreachable
 }
 
 var _ store.Store = (*Store)(nil)

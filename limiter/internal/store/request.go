@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // QueueTTL is how long a queue entry lives unless its Client keeps it
 // alive: a dead process's waiters leave the queue within it.
@@ -53,7 +56,8 @@ type AcquireReply struct {
 	// from the request's (then nothing was granted).
 	HeldWeight int64
 	// Acked is how many replicas confirmed the script's writes, when the
-	// request asked for replicas; WaitErr is WAIT's own failure.
+	// request asked for replicas; WaitErr is WAIT's own failure, or a
+	// *FewReplicas when WAIT fell short of a master with fewer replicas.
 	Acked   int
 	WaitErr error
 }
@@ -150,4 +154,16 @@ func (w ReplicaWait) On() bool { return w.N > 0 }
 // lease of a refresh batch.
 func (w ReplicaWait) Stricter(o ReplicaWait) ReplicaWait {
 	return ReplicaWait{N: max(w.N, o.N), Timeout: max(w.Timeout, o.Timeout)}
+}
+
+// FewReplicas is the WaitErr of a WAIT that fell short because the
+// master had fewer connected replicas than asked (a promoted replica has
+// none until another syncs from it): no timeout could have been met.
+type FewReplicas struct {
+	Addr      string // the master
+	Connected int    // its connected replicas (INFO replication)
+}
+
+func (e *FewReplicas) Error() string {
+	return fmt.Sprintf("master %s has %d connected replica(s)", e.Addr, e.Connected)
 }

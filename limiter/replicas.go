@@ -1,0 +1,30 @@
+package limiter
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// fewReplicasNotice logs, once until it recovers, that a master has fewer
+// connected replicas than WaitReplicas asks: every grant and refresh on
+// its names then fails with a *ReplicationError (after a failover, until
+// a replica has synced from the promoted master), which is correct but
+// would otherwise say nothing to an operator.
+type fewReplicasNotice struct {
+	logged atomic.Bool
+}
+
+// confirm is the package's confirm for s, noting in its Client whether
+// the masters had the replicas s asks for.
+func (s *Semaphore) confirm(op string, acked int, waitErr error) error {
+	err := confirm(s.cfg.replicas, op, s.name, acked, waitErr)
+	var re *ReplicationError
+	switch {
+	case err == nil && s.cfg.replicas.On():
+		s.c.fewReplicas.logged.Store(false) // recovered: log the next shortage
+	case errors.As(err, &re) && re.Connected >= 0 && s.c.fewReplicas.logged.CompareAndSwap(false, true):
+		s.c.cfg.logger.Warn("redsem: a master has fewer connected replicas than WaitReplicas asks, so nothing on its names is granted or kept alive until one syncs (after a failover: until a replica follows the promoted master)",
+			"master", re.Master, "connected", re.Connected, "want", re.Want, "name", re.Name)
+	}
+	return err
+}
