@@ -17,9 +17,11 @@ import (
 const (
 	// downFor is how long calls to a Cluster node that did not answer
 	// fail at once, without reaching it, before one call tries it again:
-	// a dead master is tried a few times a second per Store, not by
-	// every call of every retry loop (thousands a second).
-	downFor = 200 * time.Millisecond
+	// a dead master is tried about once a second per Store (go-redis may
+	// retry that call up to 3 times), not by every call of every retry
+	// loop (thousands a second). Its promotion is seen sooner: calls
+	// refused meanwhile keep asking for the slot map (reloadEvery).
+	downFor = time.Second
 	// reloadEvery bounds how often a failure makes the ClusterClient read
 	// its slot map again: a few times a second, so that a replica's
 	// promotion is seen within a second, without flooding the nodes with
@@ -133,12 +135,18 @@ func (s *Store) clusterAddr(ctx context.Context, key string) string {
 	return node.Options().Addr
 }
 
-// admit: see unreachable.admit; every call to addr "" goes.
+// admit: see unreachable.admit; every call to addr "" goes. A call
+// refused asks for the slot map again (at most every reloadEvery): the
+// slots of the node may have moved to its promoted replica.
 func (s *Store) admit(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	return s.down.admit(addr)
+	err := s.down.admit(addr)
+	if err != nil {
+		s.down.reload(s.dep.reload)
+	}
+	return err
 }
 
 // observe: see unreachable.observe; nothing is tracked for addr "".
