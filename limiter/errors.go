@@ -116,10 +116,15 @@ type BusyError struct {
 	timedOut  bool
 }
 
-// busy reports rep, the answer that arrived at answered: its RetryIn is
-// counted from now, so that an error made after a wait is current.
+// busy reports rep, the answer that arrived at answered: its RetryIn (the
+// quarantine's end, when Restarted) is counted from now, so that an error
+// made after a wait is current.
 func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answered time.Time, attempts int, waited time.Duration, timedOut bool) *BusyError {
-	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: max(rep.RetryIn-time.Since(answered), 0),
+	retry := rep.RetryIn
+	if rep.Restarted {
+		retry = rep.Quarantine
+	}
+	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: max(retry-time.Since(answered), 0),
 		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, timedOut: timedOut}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -141,4 +142,86 @@ func TestRedlockLateGrantOfAWinningAttemptIsRegained(t *testing.T) {
 			t.Errorf("node %d holds %v after the release", i, ids)
 		}
 	}
+}
+
+// slowNode delays every command of a node by d.
+type slowNode struct{ d time.Duration }
+
+func (h slowNode) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowNode) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h slowNode) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(h.d)
+		return next(ctx, cmd)
+	}
+}
+
+// A holder that acquired while node 0 was down holds nodes 1 and 2; node 0
+// comes back empty and grants every waiter, who then looks like one side
+// of a split vote. Its first retry may be at once, the next must back off:
+// a review saw 367 attempts in 2s (a busy loop) before the back-off.
+func TestRedlockSplitRetriesBackOff(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	opts := []limiter.Option{limiter.NodeTimeout(100 * time.Millisecond), limiter.TTL(30 * time.Second), limiter.Prefix("loop:")}
+	h, err := newRedlockMutex(t, q.nodes, "loop", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.servers[0].Stop(t)
+	l, err := h.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	q.servers[0].Restart(t)
+	q.nodes[1].AddHook(slowNode{2 * time.Millisecond}) // node 0 answers first
+	q.nodes[2].AddHook(slowNode{2 * time.Millisecond})
+	x, err := newRedlockMutex(t, q.nodes, "loop", append(opts, limiter.AcquireTimeout(2*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.Acquire(ctx)
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) {
+		t.Fatalf("Acquire while another holds the mutex: %v, want a BusyError", err)
+	}
+	if busy.Attempts > 100 {
+		t.Fatalf("%d attempts in 2s against a holder missing from one node: the split retry loops", busy.Attempts)
+	}
+}
+
+// An attempt that failed (node 0 granted, node 1 full) while node 2 was
+// paused: node 2 runs the queued grant when it resumes. The rollback's
+// give-back for node 2, which was marked down, is kept until its probe
+// finds it back, so node 2 does not keep a lease nobody holds for the TTL.
+func TestRedlockRollbackReachesAPausedNode(t *testing.T) {
+	q := startQuorum(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	const p = "phan:"
+	mu, err := newRedlockMutex(t, q.nodes, "phan", limiter.NodeTimeout(200*time.Millisecond), limiter.TTL(20*time.Second), limiter.Prefix(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := mu.TryAcquire(ctx); err != nil || l.Release(ctx) != nil {
+		t.Fatal("warm-up:", err)
+	}
+	one := redistest.Limiter(t, q.nodes[1], limiter.Prefix(p), limiter.TTL(20*time.Second))
+	m1, err := one.Mutex("phan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.TryAcquire(ctx); err != nil { // node 1 alone is full
+		t.Fatal(err)
+	}
+	q.servers[2].Pause(t)
+	if _, err := mu.TryAcquire(ctx); err == nil {
+		t.Fatal("a quorum of one node granted")
+	}
+	q.servers[2].Resume(t)
+	redistest.Eventually(t, 5*time.Second, "node 2 gives the failed attempt's grant back", func() bool {
+		return len(leaseIDs(t, q, 2, p)) == 0
+	})
 }

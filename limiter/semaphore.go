@@ -161,7 +161,7 @@ func (s *Semaphore) attempt(ctx context.Context, r store.AcquireRequest) (*Lease
 	}
 	if !rep.Granted {
 		if rep.Restarted {
-			s.c.quarantined(rep.RetryIn)
+			s.c.quarantined(rep.Quarantine)
 		}
 		return nil, rep, nil
 	}

@@ -38,6 +38,7 @@ type waiting struct {
 	answered   bool               // Redis answered an attempt
 	rep        store.AcquireReply // its last answer
 	answeredAt time.Time          // when that answer arrived
+	splits     int                // answers that were a quorum's split votes
 	subscribed bool               // wake-ups arrive (else: timers only)
 	// queued: the waiter is in the queue, kept alive by the refresher.
 	// unsure: an attempt failed without an answer, so it may have queued
@@ -177,7 +178,7 @@ func (wt *waiting) sleep() (l *Lease, err error, next step) {
 	c := wt.s.c
 	var fallback <-chan time.Time
 	if wt.rep.Head || !wt.subscribed {
-		d := fallbackWait(wt.rep.RetryIn)
+		d := wt.retryAfter()
 		if wt.timer == nil {
 			wt.timer = time.NewTimer(d)
 		} else {
@@ -287,6 +288,25 @@ func (s *Semaphore) leave(wait string) {
 		s.cfg.logger.Debug("redsem: leaving the queue failed", "name", s.name, "err", err)
 	}
 	s.c.hub.wake(woken)
+}
+
+// retryAfter is how long the head waiter sleeps without a wake-up: until
+// about the earliest expiry, or, after a quorum's split vote, the pause
+// the quorum proposed the first time, then a growing one (1ms doubling,
+// at most NodeTimeout/2): what looks like a split may be a holder missing
+// from one node (it acquired while that node was down), which lasts
+// until its refresh grants it there again, and must not be retried in a
+// loop.
+func (wt *waiting) retryAfter() time.Duration {
+	if !wt.rep.Split {
+		return fallbackWait(wt.rep.RetryIn)
+	}
+	wt.splits++
+	if wt.splits == 1 {
+		return wt.rep.SplitPause
+	}
+	back := min(time.Millisecond<<min(wt.splits, 16), wt.s.cfg.nodeWait()/2)
+	return max(wt.rep.SplitPause, back) + rand.N(back/2+1)
 }
 
 func fallbackWait(retryIn time.Duration) time.Duration {

@@ -2,7 +2,6 @@ package quorum
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -79,7 +78,7 @@ func (q *Store) late(k store.Keyspace, r store.AcquireRequest, a nodeAnswer[stor
 	switch {
 	case a.err == nil && a.v.Granted && !a.v.Existed:
 		q.releaseOn(k, r.ID, map[int]string{a.i: a.v.Token})
-	case a.err != nil && !r.IDGiven && !errors.As(a.err, new(*downError)):
+	case a.err != nil && !r.IDGiven && reached(a.err):
 		q.releaseOn(k, r.ID, map[int]string{a.i: ""})
 	}
 }
@@ -149,7 +148,9 @@ func (q *Store) rollback(k store.Keyspace, r store.AcquireRequest, v *votes, tok
 	}
 	if !r.IDGiven {
 		for _, i := range v.failed {
-			undo[i] = ""
+			if reached(v.errs[i]) {
+				undo[i] = ""
+			}
 		}
 	}
 	q.releaseOn(k, r.ID, undo)
@@ -157,10 +158,12 @@ func (q *Store) rollback(k store.Keyspace, r store.AcquireRequest, v *votes, tok
 
 // full is the reply of a full semaphore: the earliest expiry any full node
 // gave. When contenders split the nodes, each gave its part back,
-// silently, and they try again: the one that was granted the first node
-// that is up at once (no other can have been granted it), the others
-// after a random pause of one to three attempts' length, so that the
-// first wins next time rather than all splitting again.
+// silently, and proposes a pause before the next try (Split): none for
+// the one that was granted the first node that is up, one to three
+// attempts' length for the others, so that the first likely wins next
+// time rather than all splitting again. The waiter decides how far to
+// trust it (limiter's waiting.retryAfter): what looks like a split may be
+// a holder missing from one node, which no pause resolves.
 func (q *Store) full(v *votes, elapsed time.Duration) store.AcquireReply {
 	rep := store.AcquireReply{Head: true}
 	for i, b := range v.busy {
@@ -169,13 +172,13 @@ func (q *Store) full(v *votes, elapsed time.Duration) store.AcquireReply {
 		}
 		rep.InUse = max(rep.InUse, v.replies[b].InUse)
 		rep.Restarted = rep.Restarted || v.replies[b].Restarted
+		rep.Quarantine = max(rep.Quarantine, v.replies[b].Quarantine)
 	}
 	if len(v.granted) > 0 {
-		pause := elapsed + rand.N(2*elapsed+time.Millisecond)
+		rep.Split, rep.SplitPause = true, elapsed+rand.N(2*elapsed+time.Millisecond)
 		if slices.Contains(v.granted, q.firstUp()) {
-			pause = 0
+			rep.SplitPause = 0
 		}
-		rep.RetryIn = min(rep.RetryIn, pause)
 	}
 	return rep
 }

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // health is what a quorum knows of one node's reachability. A node that
@@ -23,6 +22,11 @@ import (
 type health struct {
 	down atomic.Bool
 	last atomic.Pointer[error] // why it went down
+	// undos are the give-backs (releaseOn) meant for the node while it
+	// was down: a paused node runs the grants queued before its pause
+	// when it resumes, so they are sent once its probe finds it back.
+	mu    sync.Mutex
+	undos []func()
 }
 
 // downError answers for a node marked down, wrapping why it went down.
@@ -76,11 +80,15 @@ func (q *Store) probe(i int) {
 			return
 		case <-t.C:
 		}
+		// On this goroutine, not abandoned at NodeTimeout: pings do not
+		// pile up on a node that is silent (without ContextTimeoutEnabled
+		// one waits for go-redis' ReadTimeout).
 		ctx, cancel := context.WithTimeout(context.Background(), q.cfg.NodeTimeout)
-		_, err := store.Within(ctx, q.cfg.Spawn, func() (struct{}, error) { return struct{}{}, q.nodes[i].Ping(ctx) })
+		err := q.nodes[i].Ping(ctx)
 		cancel()
 		if err == nil {
 			q.health[i].down.Store(false)
+			q.replayUndos(i)
 			return
 		}
 		q.health[i].last.Store(&err)
@@ -92,9 +100,10 @@ func (q *Store) probe(i int) {
 // node's answer).
 func unreachable(err error) bool {
 	var ne net.Error
+	// Not redis.ErrPoolTimeout: this process's own pool ran dry, which
+	// says nothing of the node.
 	return err != nil && (errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrPoolTimeout))
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
 // firstUp is the lowest node that is not marked down (-1: none).
@@ -106,3 +115,27 @@ func (q *Store) firstUp() int {
 	}
 	return -1
 }
+
+// deferUndo keeps undo for node i, down, until its probe finds it back.
+func (q *Store) deferUndo(i int, undo func()) {
+	h := &q.health[i]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.undos = append(h.undos, undo)
+}
+
+func (q *Store) replayUndos(i int) {
+	h := &q.health[i]
+	h.mu.Lock()
+	undos := h.undos
+	h.undos = nil
+	h.mu.Unlock()
+	for _, undo := range undos {
+		undo()
+	}
+}
+
+// reached reports whether a call that failed with err may have run on its
+// node: one skipped as down (downError) was never sent, and has nothing
+// to undo.
+func reached(err error) bool { return !errors.As(err, new(*downError)) }

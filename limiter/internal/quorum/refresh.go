@@ -144,7 +144,7 @@ func (q *Store) regain(k store.Keyspace, it store.RefreshItem, nodes []int) {
 		gather(context.Background(), q, nodes, func(ctx context.Context, _ int, n *redisstore.Store) (store.AcquireReply, error) {
 			return n.Acquire(ctx, k, r)
 		}, func(a nodeAnswer[store.AcquireReply]) bool {
-			if a.err != nil || (a.v.Granted && !a.v.Existed) {
+			if (a.err != nil && reached(a.err)) || (a.v.Granted && !a.v.Existed) {
 				maybe[a.i] = it.Token
 			}
 			return false

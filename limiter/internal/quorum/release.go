@@ -37,14 +37,21 @@ func (q *Store) Release(ctx context.Context, k store.Keyspace, r store.ReleaseRe
 // node -> token ("" = any), waking nobody: a failed attempt freed nothing
 // anyone waited for, and a wake-up would make waiters retry in a loop. It
 // waits for the nodes that answer and leaves the silent ones to finish in
-// the background.
+// the background; a node marked down gets it once it is back (deferUndo).
 func (q *Store) releaseOn(k store.Keyspace, id string, tokens map[int]string) {
 	if len(tokens) == 0 {
 		return
 	}
 	nodes := make([]int, 0, len(tokens))
-	for i := range tokens {
+	for i, tok := range tokens {
+		if q.skip(i) != nil {
+			q.deferUndo(i, func() { q.releaseOn(k, id, map[int]string{i: tok}) })
+			continue
+		}
 		nodes = append(nodes, i)
+	}
+	if len(nodes) == 0 {
+		return
 	}
 	pending := len(nodes)
 	gather(context.Background(), q, nodes, func(ctx context.Context, i int, n *redisstore.Store) (store.ReleaseReply, error) {

@@ -47,8 +47,12 @@ func parseAcquire(v []any) (store.AcquireReply, error) {
 		head, _ := v[3].(int64)
 		last, _ := v[4].(string)
 		restarted, _ := v[5].(int64)
-		return store.AcquireReply{RetryIn: time.Duration(max(wait, 0)) * time.Millisecond, InUse: inUse, Head: head == 1,
-			LastToken: last, Restarted: restarted == 1}, nil
+		rep := store.AcquireReply{RetryIn: time.Duration(max(wait, 0)) * time.Millisecond, InUse: inUse, Head: head == 1,
+			LastToken: last, Restarted: restarted == 1}
+		if rep.Restarted {
+			rep.Quarantine = rep.RetryIn
+		}
+		return rep, nil
 	}
 	return store.AcquireReply{}, fmt.Errorf("unexpected acquire reply %v", v)
 }

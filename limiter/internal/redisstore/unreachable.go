@@ -73,8 +73,11 @@ func (u *unreachable) admit(addr string) error {
 // the slot map is read again, since another node may serve its slots now.
 func (u *unreachable) observe(ctx context.Context, addr string, err error, reload func(context.Context)) {
 	if !isUnreachable(ctx, err) {
-		if err == nil || isReply(err) {
+		switch {
+		case err == nil || isReply(err):
 			u.answered(addr)
+		case ctx.Err() != nil && !errors.Is(err, errNodeDown):
+			u.tryAgain(addr) // this try told nothing: the next call may try
 		}
 		return
 	}
@@ -83,6 +86,13 @@ func (u *unreachable) observe(ctx context.Context, addr string, err error, reloa
 	d.err.Store(&err)
 	d.until.Store(time.Now().Add(downFor).UnixNano())
 	u.reload(reload)
+}
+
+// tryAgain lets the next call to addr, if it is down, try it.
+func (u *unreachable) tryAgain(addr string) {
+	if v, ok := u.nodes.Load(addr); ok {
+		v.(*nodeDown).until.Store(0)
+	}
 }
 
 // answered forgets addr: Load first, since Delete may lock and nearly
@@ -111,8 +121,10 @@ func isUnreachable(ctx context.Context, err error) bool {
 		return false
 	}
 	var ne net.Error
+	// Not redis.ErrPoolTimeout: this process's own pool ran dry (WAITs
+	// holding connections, say), which says nothing of the node.
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout)
+		errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // isReply: err is the server's error reply, so the node answered.

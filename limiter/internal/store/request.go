@@ -51,7 +51,13 @@ type AcquireReply struct {
 	InUse      int64         // when not granted
 	Head       bool          // when not granted: nobody waits ahead
 	LastToken  string        // when not granted: the last token issued
-	Restarted  bool          // when not granted: for the restart quarantine (RetryIn is its end)
+	Restarted  bool          // when not granted: for the restart quarantine
+	Quarantine time.Duration // when Restarted: until the quarantine ends (the latest node's, on a quorum)
+	// Split: when not granted, contenders split a quorum's nodes and gave
+	// their parts back; SplitPause is the pause the quorum proposes
+	// before trying again (0: at once).
+	Split      bool
+	SplitPause time.Duration
 	// HeldWeight is the weight of the lease the id holds when it differs
 	// from the request's (then nothing was granted).
 	HeldWeight int64
