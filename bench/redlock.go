@@ -52,27 +52,13 @@ func redsemRedlock(p *Proc, key string) (Locker, error) {
 
 // redsyncRedlock is redsync's Redlock over p's nodes.
 func redsyncRedlock(opts ...redsync.Option) func(*Proc, string) (Locker, error) {
-	return func(p *Proc, key string) (Locker, error) {
+	return redsyncOn(func(p *Proc) []redsyncredis.Pool {
 		var pools []redsyncredis.Pool
 		for _, n := range p.Nodes {
 			pools = append(pools, goredis.NewPool(n))
 		}
-		m := redsync.New(pools...).NewMutex(key, opts...)
-		return func(ctx context.Context) (Unlock, error) {
-			err := m.LockContext(ctx)
-			var taken *redsync.ErrTaken
-			if errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) {
-				return nil, errGaveUp
-			}
-			if err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) error {
-				_, err := m.UnlockContext(ctx)
-				return err
-			}, nil
-		}, nil
-	}
+		return pools
+	}, opts...)
 }
 
 // redlockRow is one library in one state of the nodes.

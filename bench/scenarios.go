@@ -16,8 +16,10 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -317,10 +319,16 @@ func redsemLocker(acquire func(context.Context, ...limiter.AcquireOption) (*limi
 }
 
 func redsyncLock(opts ...redsync.Option) func(*Proc, string) (Locker, error) {
+	return redsyncOn(func(p *Proc) []redsyncredis.Pool { return []redsyncredis.Pool{goredis.NewPool(p.RDB)} }, opts...)
+}
+
+// redsyncOn makes redsync Mutexes over the pools of a process: one pool,
+// or one per node (redsync's Redlock).
+func redsyncOn(pools func(*Proc) []redsyncredis.Pool, opts ...redsync.Option) func(*Proc, string) (Locker, error) {
 	return func(p *Proc, key string) (Locker, error) {
 		// A redsync.Mutex keeps the value it locked with, so each Locker
 		// (one per worker) has its own, as redsync's examples do.
-		m := redsync.New(goredis.NewPool(p.RDB)).NewMutex(key, opts...)
+		m := redsync.New(pools(p)...).NewMutex(key, opts...)
 		return func(ctx context.Context) (Unlock, error) {
 			err := m.LockContext(ctx)
 			var taken *redsync.ErrTaken
