@@ -183,17 +183,3 @@ func (e *QuorumError) Unwrap() []error { return (*quorum.Error)(e).Unwrap() }
 
 // Is matches ErrBusy when any node was full.
 func (e *QuorumError) Is(target error) bool { return target == ErrBusy && len(e.Busy) > 0 }
-
-// confirm returns nil when w asks nothing or acked replicas (WAIT's
-// answer; waitErr its failure) are enough, else the *ReplicationError.
-func confirm(w store.ReplicaWait, op, name string, acked int, waitErr error) error {
-	if !w.On() || (waitErr == nil && acked >= w.N) {
-		return nil
-	}
-	e := &ReplicationError{Name: name, Op: op, Want: w.N, Acked: acked, Timeout: w.Timeout, Err: waitErr, Connected: -1}
-	var few *store.FewReplicas
-	if errors.As(waitErr, &few) {
-		e.Err, e.Connected, e.Master = nil, few.Connected, few.Addr
-	}
-	return e
-}

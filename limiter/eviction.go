@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redsem/redsem/limiter/internal/redisstore"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -98,7 +99,5 @@ func timedOut(err error) bool {
 
 // isUnreachable tells a node that did not answer from one that refused.
 func isUnreachable(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, redis.ErrClosed)
+	return redisstore.Unanswered(err) || errors.Is(err, context.Canceled)
 }

@@ -3,6 +3,8 @@ package limiter
 import (
 	"errors"
 	"sync"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // fewReplicasNotice logs, once per master and Client, that a master has
@@ -14,17 +16,26 @@ type fewReplicasNotice struct {
 	logged sync.Map // master address -> struct{}
 }
 
-// confirm is the package's confirm for s, noting in its Client whether
-// the masters had the replicas s asks for.
+// confirm returns nil when s's WaitReplicas asks nothing or acked
+// replicas (WAIT's answer; waitErr its failure) are enough, else the
+// *ReplicationError, logged once per master when the master had fewer
+// replicas than asked.
 func (s *Semaphore) confirm(op string, acked int, waitErr error) error {
-	err := confirm(s.cfg.replicas, op, s.name, acked, waitErr)
-	var re *ReplicationError
-	if errors.As(err, &re) && re.Connected >= 0 {
+	w := s.cfg.replicas
+	if !w.On() || (waitErr == nil && acked >= w.N) {
+		return nil
+	}
+	re := &ReplicationError{Name: s.name, Op: op, Want: w.N, Acked: acked, Timeout: w.Timeout, Err: waitErr, Connected: -1}
+	var few *store.FewReplicas
+	if errors.As(waitErr, &few) {
+		re.Err, re.Connected, re.Master = nil, few.Connected, few.Addr
+	}
+	if re.Connected >= 0 {
 		if _, seen := s.c.fewReplicas.logged.LoadOrStore(re.Master, struct{}{}); seen {
-			return err
+			return re
 		}
 		s.c.cfg.logger.Warn("redsem: a master has fewer connected replicas than WaitReplicas asks, so nothing on its names is granted or kept alive until one syncs (after a failover: until a replica follows the promoted master)",
 			"master", re.Master, "connected", re.Connected, "want", re.Want, "name", re.Name)
 	}
-	return err
+	return re
 }

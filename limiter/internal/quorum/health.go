@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redsem/redsem/limiter/internal/redisstore"
 )
 
 // health is what a quorum knows of one node's reachability. A node that
@@ -58,7 +56,7 @@ func (q *Store) skip(i int) error {
 // heard notes node i's answer to a call: one that did not reach it marks
 // it down and starts its probe.
 func (q *Store) heard(i int, err error) {
-	if !unreachable(err) {
+	if !redisstore.Unanswered(err) {
 		return
 	}
 	h := &q.health[i]
@@ -93,17 +91,6 @@ func (q *Store) probe(i int) {
 		}
 		q.health[i].last.Store(&err)
 	}
-}
-
-// unreachable tells a node that did not answer from one that answered
-// with an error (a full semaphore is no error; a script's error is the
-// node's answer).
-func unreachable(err error) bool {
-	var ne net.Error
-	// Not redis.ErrPoolTimeout: this process's own pool ran dry, which
-	// says nothing of the node.
-	return err != nil && (errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
 // firstUp is the lowest node that is not marked down (-1: none).

@@ -113,18 +113,23 @@ func (u *unreachable) reload(reload func(context.Context)) {
 	}
 }
 
-// isUnreachable: the node did not answer (refused, reset, timed out, the
-// pool gave no connection), as opposed to an error reply or the caller's
-// own context ending.
+// isUnreachable: the node did not answer a call we made (Unanswered),
+// while the caller still waited: not its own context ending, and not a
+// call refused here without being sent (errNodeDown).
 func isUnreachable(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || isReply(err) || errors.Is(err, errNodeDown) {
-		return false
-	}
+	return ctx.Err() == nil && !errors.Is(err, errNodeDown) && Unanswered(err)
+}
+
+// Unanswered reports whether err says a node did not answer (refused,
+// reset, closed, timed out: the network's failures, and a deadline), as
+// opposed to answering with an error: the one test of it that the
+// Cluster's fail-fast, the quorum's node health and the eviction check
+// share. Not redis.ErrPoolTimeout: this process's own pool ran dry (WAITs
+// holding connections, say), which says nothing of the node.
+func Unanswered(err error) bool {
 	var ne net.Error
-	// Not redis.ErrPoolTimeout: this process's own pool ran dry (WAITs
-	// holding connections, say), which says nothing of the node.
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, os.ErrDeadlineExceeded)
+	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed))
 }
 
 // isReply: err is the server's error reply, so the node answered.
