@@ -187,8 +187,10 @@ func (l *Lease) applyRefresh(sent time.Time, res store.RefreshResult, j int) err
 // lease ends locally first, whatever Redis answers. The call to Redis is
 // detached from ctx's cancellation and bounded by ReleaseTimeout, so a
 // caller whose ctx already ended still gives the permits back. If Redis
-// cannot be reached the error is returned and the permits come back when
-// the TTL runs out (call Release again to retry). A lease Redis no longer
+// fails or does not answer, the error is returned and the Client sends
+// the release again in the background (see resend) until Redis answers,
+// the TTL runs out or the Client closes: the permits come back then at
+// the latest. A lease Redis no longer
 // holds gives ErrNotHeld; another holder's lease is never touched. (A
 // lease that reached its Redis expiry but was not yet swept may release
 // without error: its permits were free for the taking either way.) A
@@ -197,23 +199,60 @@ func (l *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil") // the lease stays held
 	}
+	done := func() {}
 	if l.given {
 		// Until Redis has removed it, no attempt of this Client may
 		// reclaim the lease as its own. (A made-up id is never asked for
 		// again, so never reclaimed.)
-		defer l.sem.c.ids.releasing(l)()
+		done = l.sem.c.ids.releasing(l)
 	}
 	live := l.endLive(errReleased)
 	ctx, cancel := context.WithTimeout(detach(ctx), l.sem.cfg.releaseTimeout)
 	defer cancel()
 	n, err := bounded(l.sem.c, ctx, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
 	if err != nil {
+		l.resend(done)
 		return redisError("release", l.sem.name, err)
 	}
+	done()
 	if n == 0 {
 		return fmt.Errorf("limiter: release %q lease %s: %w", l.sem.name, l.id, ErrNotHeld)
 	}
 	return nil
+}
+
+// resendFirst and resendMax pace a release sent again: soon, since on a
+// Cluster the slots of a dead master move to its replica in seconds,
+// then twice a second (a call to a Cluster node known to be down fails
+// here without being sent: see redisstore.downFor).
+const (
+	resendFirst = 100 * time.Millisecond
+	resendMax   = 500 * time.Millisecond
+)
+
+// resend sends a release that Redis did not answer (or failed) again, in
+// the background, until Redis answers it, the lease's TTL from now runs
+// out (it is gone by then anyway), or the Client closes; then done. The
+// holder's permits come back as soon as Redis answers (on a Cluster, the
+// replica promoted in place of a dead master), not a TTL later. The token
+// makes it safe: it removes this lease, never a later one of its id.
+func (l *Lease) resend(done func()) {
+	c := l.sem.c
+	until := time.Now().Add(l.ttl)
+	c.spawn(func() {
+		defer done()
+		for wait := resendFirst; time.Now().Before(until); wait = min(2*wait, resendMax) {
+			if !l.sem.pause(context.Background(), wait) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, l.sem.cfg.releaseTimeout)
+			_, err := bounded(c, ctx, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, false) })
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	})
 }
 
 // detach is context.WithoutCancel, without the allocation for

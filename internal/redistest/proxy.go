@@ -104,15 +104,13 @@ func (p *Proxy) Reset() {
 		return
 	}
 	p.links = map[*link]struct{}{}
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
 	p.mu.Unlock()
+	// Shut before the gate opens: a copy held at the gate would otherwise
+	// pass its bytes on before its link closed.
 	for l := range links {
 		l.shut(true)
 	}
+	p.Heal()
 }
 
 // close stops accepting, closes every connection and waits for every
@@ -217,7 +215,14 @@ func (p *Proxy) pass(l *link) bool {
 	p.mu.Unlock()
 	select {
 	case <-open:
-		return true
+		// A link shut as the gate opened (Reset) passes nothing: select
+		// would pick either.
+		select {
+		case <-l.done:
+			return false
+		default:
+			return true
+		}
 	case <-l.done:
 	case <-p.stop:
 	}
