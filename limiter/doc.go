@@ -99,9 +99,10 @@
 // evicting maxmemory-policy (volatile-* evicts them too, since they carry
 // a TTL) an evicted key forgets its holders and others are granted their
 // permits. The Client checks the policy (INFO memory, every node) before
-// its first acquisition and logs an error, or, with FailOnEviction,
-// refuses to grant. Use maxmemory-policy noeviction. A Redis restarted
-// without persistence forgets every lease: holders learn of it at their
+// its first acquisition and refuses to grant (ErrEvictingRedis), or, with
+// AllowEviction, logs an error and grants. Use maxmemory-policy
+// noeviction. A Redis restarted without persistence forgets every lease:
+// holders learn of it at their
 // next refresh, and the restart quarantine (RestartQuarantine) keeps the
 // names it forgot from being granted until their leases have run out. A
 // restart that brings back old state (an RDB snapshot, or AOF with

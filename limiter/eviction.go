@@ -14,22 +14,27 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// ErrEvictingRedis is returned, with FailOnEviction, by acquisitions on a
-// Redis whose maxmemory policy may evict the semaphores' keys: an evicted
-// key forgets its holders, and others are then granted their permits.
+// ErrEvictingRedis is returned (unless AllowEviction) by acquisitions on
+// a Redis whose maxmemory policy may evict the semaphores' keys: an
+// evicted key forgets its holders, and others are then granted their
+// permits.
 var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (maxmemory with an evicting maxmemory-policy)")
 
-// FailOnEviction makes the Client refuse every acquisition with
-// ErrEvictingRedis when Redis (any node of it) has a maxmemory and a
-// maxmemory-policy other than noeviction. Without it the Client logs the
-// danger once, at Error level, and goes on. The check is one INFO memory
+// AllowEviction lets the Client grant on a Redis that may evict its keys:
+// it logs the danger once, at Error level, and goes on. Without it (the
+// default) the Client refuses every acquisition with ErrEvictingRedis
+// when Redis (any node of it) has a maxmemory and a maxmemory-policy
+// other than noeviction: redsem promises never more than the limit, and
+// an evicted key breaks that promise silently. Only a Redis that can
+// evict is refused (a default Redis has no maxmemory); the fix is
+// maxmemory-policy noeviction. The check is one INFO memory
 // per node, before the Client's first acquisition, and again before the
 // next, of the nodes that did not answer only (10s later when one timed
 // out); a node found evicting settles it, and a Redis that refuses INFO,
 // e.g. by ACL, is taken as safe and logged at Debug. An acquisition whose ctx ends
 // while it waits for a check in progress goes on to its attempt, which
 // reports that ctx. A Client option: on a Semaphore it has no effect.
-func FailOnEviction() Option { return func(c *config) { c.failOnEviction = true } }
+func AllowEviction() Option { return func(c *config) { c.allowEviction = true } }
 
 // evictionCheck remembers, per Client, what the maxmemory check found.
 type evictionCheck struct {
@@ -71,10 +76,10 @@ func (c *Client) checkEviction(ctx context.Context) error {
 	var refused redis.Error
 	switch {
 	case found != "":
-		if c.cfg.failOnEviction {
-			e.err = fmt.Errorf("%w: %s", ErrEvictingRedis, found)
+		if c.cfg.allowEviction {
+			c.cfg.logger.Error("redsem: Redis may evict the semaphore keys, and with them the holders: more than the limit could then hold permits; set maxmemory-policy noeviction", "found", found)
 		} else {
-			c.cfg.logger.Error("redsem: Redis may evict the semaphore keys, and with them the holders: more than the limit could then hold permits; set maxmemory-policy noeviction (or use FailOnEviction)", "found", found)
+			e.err = fmt.Errorf("%w: %s; set maxmemory-policy noeviction (or AllowEviction)", ErrEvictingRedis, found)
 		}
 	case err != nil && errors.As(err, &refused) && !isUnreachable(err):
 		c.cfg.logger.Debug("redsem: Redis refuses INFO; assuming no eviction", "err", err)

@@ -13,8 +13,8 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// A Redis that may evict the keys is found before the first grant: with
-// FailOnEviction acquisitions are refused, without it an error is logged
+// A Redis that may evict the keys is found before the first grant:
+// acquisitions are refused, or with AllowEviction an error is logged
 // once; a noeviction Redis passes silently.
 func TestEvictingRedisIsNoticed(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
@@ -22,11 +22,11 @@ func TestEvictingRedisIsNoticed(t *testing.T) {
 	var logs strings.Builder
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 
-	refuse, _ := redistest.Limiter(t, evicting, limiter.FailOnEviction()).Mutex("evict")
+	refuse, _ := redistest.Limiter(t, evicting).Mutex("evict")
 	if _, err := refuse.TryAcquire(ctx); !errors.Is(err, limiter.ErrEvictingRedis) {
-		t.Fatalf("FailOnEviction on volatile-lru: %v, want ErrEvictingRedis", err)
+		t.Fatalf("volatile-lru: %v, want ErrEvictingRedis", err)
 	}
-	warn, _ := redistest.Limiter(t, evicting, limiter.Logger(logger)).Mutex("evict")
+	warn, _ := redistest.Limiter(t, evicting, limiter.AllowEviction(), limiter.Logger(logger)).Mutex("evict")
 	for range 2 {
 		l, err := warn.TryAcquire(ctx)
 		if err != nil {
@@ -40,7 +40,7 @@ func TestEvictingRedisIsNoticed(t *testing.T) {
 
 	logs.Reset()
 	safe, _ := redistest.Limiter(t, redistest.StartServer(t, "--maxmemory", "100mb").Client(t),
-		limiter.FailOnEviction(), limiter.Logger(logger)).Mutex("evict")
+		limiter.Logger(logger)).Mutex("evict")
 	if _, err := safe.TryAcquire(ctx); err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
@@ -55,7 +55,7 @@ func TestEvictionCheckRetriedAfterAFailure(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	srv := redistest.StartServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	rdb := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	c := redistest.Limiter(t, rdb, limiter.FailOnEviction())
+	c := redistest.Limiter(t, rdb)
 	mu, _ := c.Mutex("recheck")
 	srv.Stop(t)
 	if _, err := mu.TryAcquire(ctx); err == nil {

@@ -26,7 +26,7 @@ type config struct {
 	nodeTimeout    time.Duration
 	releaseTimeout time.Duration
 	maxHold        time.Duration
-	failOnEviction bool
+	allowEviction  bool
 	quarantine     time.Duration
 	quarantineSet  bool
 	replicas       store.ReplicaWait

@@ -24,7 +24,7 @@ func checkEviction(_ context.Context, n *node, _ checkEnv) finding {
 	default:
 		f.Status = statusError
 		f.Found = fmt.Sprintf("maxmemory %s with maxmemory-policy %s: an evicted key forgets its holders, and their permits go to others while they still work", n.info["maxmemory_human"], policy)
-		f.Advice = "CONFIG SET maxmemory-policy noeviction (and in redis.conf), or give redsem a Redis of its own; limiter.FailOnEviction makes Clients refuse such a server"
+		f.Advice = "CONFIG SET maxmemory-policy noeviction (and in redis.conf), or give redsem a Redis of its own; limiter Clients refuse such a server unless given AllowEviction"
 	}
 	return f
 }

@@ -13,13 +13,13 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// With an evicting maxmemory-policy, FailOnEviction makes the Client
-// refuse to grant at all: an evicted key would forget its holders. (One
-// Client in this process shows it; the refusal does not depend on load.)
+// With an evicting maxmemory-policy, the Client (by default) refuses to
+// grant at all: an evicted key would forget its holders. (One Client in
+// this process shows it; the refusal does not depend on load.)
 func evictionRefused(t *testing.T, sz size) {
 	start := time.Now()
 	srv := redistest.StartServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru")
-	sem, err := redistest.Limiter(t, srv.Client(t), limiter.FailOnEviction()).Semaphore("torture-eviction-refused", 5)
+	sem, err := redistest.Limiter(t, srv.Client(t)).Semaphore("torture-eviction-refused", 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,12 +27,12 @@ func evictionRefused(t *testing.T, sz size) {
 	defer cancel()
 	l, err := sem.Acquire(ctx)
 	if !errors.Is(err, limiter.ErrEvictingRedis) {
-		t.Errorf("Acquire on a volatile-lru Redis with FailOnEviction: %v, want ErrEvictingRedis", err)
+		t.Errorf("Acquire on a volatile-lru Redis: %v, want ErrEvictingRedis", err)
 		if l != nil {
 			_ = l.Release(ctx)
 		}
 	}
-	addRow(row{scenario: "eviction-refused", procs: 1, goroutines: 1, notes: []string{"volatile-lru + FailOnEviction: Acquire refused with ErrEvictingRedis"}, took: time.Since(start)})
+	addRow(row{scenario: "eviction-refused", procs: 1, goroutines: 1, notes: []string{"volatile-lru: Acquire refused with ErrEvictingRedis"}, took: time.Since(start)})
 }
 
 // Memory full under noeviction: Redis refuses the scripts whose first
@@ -50,7 +50,8 @@ func evictionNoEviction(t *testing.T, sz size) {
 	})))
 }
 
-// What FailOnEviction guards against: volatile-lru without it. Only the
+// What refusing an evicting Redis guards against: volatile-lru with
+// AllowEviction. Only the
 // semaphore's keys carry TTLs, so they are what Redis evicts; a short
 // squeeze evicts them, then Redis grants again at once while the holders
 // it forgot learn of it only at their next refresh. Reported, never
@@ -67,6 +68,7 @@ func evictionUnguarded(t *testing.T, sz size) {
 		r.note("out of memory %dx%v", sz.repeats, d)
 	})
 	s.unsafe = true
+	s.options = []string{"allow-eviction"}
 	addRow(runScenario(t, sz, s))
 }
 

@@ -65,10 +65,10 @@ type workerConfig struct {
 // clientOptions are the Client options a scenario can ask for by name
 // (the tagged scenarios add theirs).
 var clientOptions = map[string]func() limiter.Option{
-	"fail-on-eviction": limiter.FailOnEviction,
-	"no-refresh":       func() limiter.Option { return limiter.RefreshInterval(0) },
-	"no-quarantine":    func() limiter.Option { return limiter.RestartQuarantine(0) },
-	"wait-replicas":    func() limiter.Option { return limiter.WaitReplicas(1, time.Second) },
+	"allow-eviction": limiter.AllowEviction,
+	"no-refresh":     func() limiter.Option { return limiter.RefreshInterval(0) },
+	"no-quarantine":  func() limiter.Option { return limiter.RestartQuarantine(0) },
+	"wait-replicas":  func() limiter.Option { return limiter.WaitReplicas(1, time.Second) },
 }
 
 // workerResult is what a worker reports on its last line of output.
