@@ -11,6 +11,16 @@
 // and an expiry on the Redis server's clock. An Inspector (Client.Inspector)
 // reads the names, holders and queues in Redis and sets fleet-wide limits.
 //
+// A RateLimit (Client.RateLimit) is the other half of a third-party API's
+// contract: at most Events per Per with a Burst, fleet-wide, on the
+// server's clock. Each event reserves its time in Redis with one call
+// (GCRA: the theoretical arrival time moves on atomically), so callers are
+// served in the order they asked and sleep until their time, with no
+// polling. Inspector.Pause stops a name's rate for a while (a 429 with
+// Retry-After) for every process, and Inspector.SetRate changes its rate
+// fleet-wide. Rates need one Redis deployment: a Redlock Client refuses
+// them (ErrRatesUnsupported).
+//
 // # Words
 //
 // One word names one idea here, in the code and in the docs:
@@ -28,6 +38,10 @@
 //     Semaphore.Resume, under a new fencing token.
 //   - detach: a holder letting go of a lease here while it lives on in
 //     Redis for a handover: Lease.StopRefresh, Lease.Park.
+//   - reservation: the time a RateLimit gave an event; Cancel gives it
+//     back while nothing was reserved after it.
+//   - pause: a time before which a name grants nothing, in Redis, seen by
+//     every process.
 //   - loss: a lease ending while its holder counted on it (ErrLeaseLost).
 //   - restart quarantine: a server younger than RestartQuarantine grants
 //     nothing on a name it has no state for.
@@ -60,8 +74,10 @@
 // This package holds the API and the client runtime: Client (client.go,
 // redlock.go), Semaphore and Mutex, the wait (wait.go), Lease (lease.go,
 // do.go), the handover and detaching (handover.go, detach.go), the
-// keep-alive (keepalive.go), wake-ups (wake.go), per-id state (ids.go) and
-// the Inspector. Where leases live is behind one interface,
+// keep-alive (keepalive.go), wake-ups (wake.go), per-id state (ids.go),
+// the Inspector, and RateLimit (rate.go) with pauses and fleet rates
+// (pause.go; their store is internal/store.Rates, reserve.lua and its
+// siblings in redisstore). Where leases live is behind one interface,
 // internal/store.Store: internal/redisstore keeps them in one Redis
 // deployment and holds every command and Lua script; internal/quorum
 // keeps them on N independent nodes, each a redisstore.Store.

@@ -10,11 +10,12 @@ import (
 )
 
 var (
-	// ErrBusy reports that the semaphore had no room for the request.
-	// TryAcquire returns it at once; Acquire returns it (together with
-	// ErrTimeout) when AcquireTimeout ran out. Use
-	// errors.As with *BusyError for the retry hint.
-	ErrBusy = errors.New("limiter: semaphore is full")
+	// ErrBusy reports that the semaphore had no room for the request, or
+	// that a rate's next time was too far off. TryAcquire returns it at
+	// once; Acquire returns it (together with ErrTimeout) when
+	// AcquireTimeout ran out, RateLimit.WaitN when the wait would outlast
+	// it. Use errors.As with *BusyError for the retry hint.
+	ErrBusy = errors.New("limiter: no room (semaphore full, or rate spent)")
 
 	// ErrTimeout reports that Acquire gave up waiting because AcquireTimeout
 	// elapsed. It always comes with ErrBusy.
@@ -113,7 +114,13 @@ type BusyError struct {
 	// RestartQuarantine ago and has no state for the name; RetryIn is then
 	// until the quarantine ends.
 	Restarted bool
-	timedOut  bool
+	// Rate: a RateLimit's; RetryIn is then how long the event would have
+	// had to wait, and Weight its cost.
+	Rate bool
+	// Paused: the name is paused (Inspector.Pause); RetryIn is at least
+	// until the pause ends.
+	Paused   bool
+	timedOut bool
 }
 
 // busy reports rep, the answer that arrived at answered: its RetryIn (the
@@ -130,6 +137,14 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 
 // Error says how full the semaphore was and when to try again.
 func (e *BusyError) Error() string {
+	if e.Rate {
+		why := ""
+		if e.Paused {
+			why = " (paused)"
+		}
+		return fmt.Sprintf("limiter: %q: an event of cost %d would wait %v%s, past the deadline or AcquireTimeout: %v",
+			e.Name, e.Weight, e.RetryIn.Round(time.Microsecond), why, ErrTimeout)
+	}
 	if e.Restarted {
 		msg := fmt.Sprintf("limiter: %q: Redis restarted and grants nothing new for %v (RestartQuarantine)", e.Name, e.RetryIn)
 		if e.timedOut {

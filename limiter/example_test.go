@@ -203,3 +203,48 @@ func ExampleInspector() {
 	// Output:
 	// [example:inspected] worker-1 2 3
 }
+
+// At most 100 calls a minute (burst 20) to a third-party API, across
+// every process that uses this Redis: each Wait reserves its call's time
+// in Redis and sleeps until then.
+func ExampleRateLimit_Wait() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
+
+	rl, err := client.RateLimit("example:partner-api", limiter.Rate{Events: 100, Per: time.Minute, Burst: 20})
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rl.Wait(ctx); err != nil {
+		// ErrBusy (with the wait in *BusyError's RetryIn) when the call's
+		// time would come after ctx's deadline or AcquireTimeout.
+		fmt.Println("not now:", err)
+		return
+	}
+	fmt.Println("calling the API")
+	// Output:
+	// calling the API
+}
+
+// A 429 with Retry-After: pause the name for every process; their events
+// resume at its end, paced, not as a burst.
+func ExampleInspector_Pause() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
+
+	ctx := context.Background()
+	left, err := client.Inspector().Pause(ctx, "example:paused-api", 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("paused for about", left.Round(time.Second))
+	_ = client.Inspector().Unpause(ctx, "example:paused-api")
+	// Output:
+	// paused for about 30s
+}

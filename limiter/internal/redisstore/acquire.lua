@@ -46,15 +46,11 @@ end
 
 -- Milliseconds until this server is surely older than q: a server
 -- restarted empty forgot leases whose holders still believe in them for up
--- to their TTL (RestartQuarantine). INFO's uptime is the difference of two
--- clock readings in whole seconds, so it may run up to a second ahead of
--- the time since the start: one second is taken off. A server that tells
--- no uptime (an embedded fake) is not restarted under its users.
+-- to their TTL (RestartQuarantine).
 local function quarantine_left(q)
-  local info = redis.pcall('INFO', 'server')
-  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  local up = uptime_us()
   if not up then return 0 end
-  return math.max(q - (up - 1) * 1000, 0)
+  return math.max(q - up / 1000, 0)
 end
 
 local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]

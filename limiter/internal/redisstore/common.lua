@@ -118,6 +118,18 @@ local function clock_ms()
   return math.floor(now_us() / 1000)
 end
 
+-- Microseconds since this server may have started, at most: a server
+-- restarted empty forgot what it held. INFO's uptime is the difference of
+-- two clock readings in whole seconds, so it may run up to a second ahead
+-- of the time since the start: one second is taken off. nil from a server
+-- that tells no uptime (an embedded fake), which is not restarted under
+-- its users.
+local function uptime_us()
+  local info = redis.pcall('INFO', 'server')
+  local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  return up and (up - 1) * 1000000
+end
+
 -- At most this many expired leases or dead waiters are dropped per call,
 -- so one call's cost stays bounded whatever piled up; the rest go on later
 -- calls.

@@ -9,7 +9,8 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// Names SCANs every master for the state keys that match pattern.
+// Names SCANs every master for the keys that match pattern: a state key's
+// (store.StatePattern) or a rate key's (store.RatePattern).
 func (s *Store) Names(ctx context.Context, pattern string) ([]string, error) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
@@ -18,6 +19,9 @@ func (s *Store) Names(ctx context.Context, pattern string) ([]string, error) {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for it.Next(ctx) {
 			name, ok := store.NameOfStateKey(it.Val())
+			if !ok {
+				name, ok = store.NameOfRateKey(it.Val())
+			}
 			mu.Lock()
 			if ok && !seen[name] {
 				seen[name] = true

@@ -34,6 +34,16 @@ var (
 	setLimitLua string
 	//go:embed waiters.lua
 	waitersLua string
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed unreserve.lua
+	unreserveLua string
+	//go:embed setrate.lua
+	setRateLua string
+	//go:embed pause.lua
+	pauseLua string
+	//go:embed ratestate.lua
+	rateStateLua string
 
 	acquireScript  = newScript(acquireLua)
 	refreshScript  = newScript(refreshLua)
@@ -44,6 +54,12 @@ var (
 	setTokenScript = newScript(setTokenLua)
 	setLimitScript = newScript(setLimitLua)
 	waitersScript  = newScript(waitersLua)
+
+	reserveScript   = newScript(reserveLua)
+	unreserveScript = newScript(unreserveLua)
+	setRateScript   = newScript(setRateLua)
+	pauseScript     = newScript(pauseLua)
+	rateStateScript = newScript(rateStateLua)
 )
 
 // luaScript is a script with its hash and its function's name boxed once:
@@ -75,6 +91,8 @@ var libraryFunctions = []libraryFunction{
 	{"release", &releaseScript, "allow-oom"},
 	{"refresh", &refreshScript, "allow-oom"},
 	{"resume", &resumeScript, "allow-oom"},
+	// One call per event of a rate.
+	{"reserve", &reserveScript, ""},
 }
 
 type libraryFunction struct {

@@ -2,8 +2,9 @@ package store
 
 import "strings"
 
-// Keyspace names every key of one semaphore. They all share one hash tag
-// so each script touches a single Cluster slot.
+// Keyspace names every key of one semaphore (NewKeyspace) or one rate
+// (NewRateKeyspace). They all share one hash tag, the name's, so each
+// script touches a single Cluster slot.
 type Keyspace struct {
 	Keys []string // leases (ZSET), state (HASH), queue (ZSET): the KEYS of every script
 	// Args are the keys boxed once, as the hot scripts send them (a
@@ -44,12 +45,14 @@ func StatePattern(prefix string) string {
 // keys that only look like one, such as another program's "p{a}b}:state"
 // or "p{}:state": a key is taken only if it is the state key of the name
 // it gives, so Names lists no name that a key merely resembles.
-func NameOfStateKey(key string) (string, bool) {
+func NameOfStateKey(key string) (string, bool) { return nameOf(key, stateSuffix) }
+
+func nameOf(key, suffix string) (string, bool) {
 	open := strings.IndexByte(key, '{')
-	if open < 0 || !strings.HasSuffix(key, stateSuffix) || len(key)-len(stateSuffix) <= open+1 {
+	if open < 0 || !strings.HasSuffix(key, suffix) || len(key)-len(suffix) <= open+1 {
 		return "", false
 	}
-	escaped := key[open+1 : len(key)-len(stateSuffix)]
+	escaped := key[open+1 : len(key)-len(suffix)]
 	name := tagUnescaper.Replace(escaped)
 	if tagEscaper.Replace(name) != escaped {
 		return "", false

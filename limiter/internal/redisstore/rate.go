@@ -1,0 +1,103 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// Reserve runs reserve.lua once.
+func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRequest) (store.ReserveReply, error) {
+	maxWait := int64(-1)
+	if r.MaxWait >= 0 {
+		maxWait = r.MaxWait.Microseconds()
+	}
+	careful := "0"
+	if r.Careful {
+		careful = "1"
+	}
+	v, err := s.run(ctx, reserveScript, k, r.Rate.Events, r.Rate.Per.Microseconds(), r.Rate.Burst, r.N, maxWait, careful).Slice()
+	if err != nil {
+		return store.ReserveReply{}, err
+	}
+	switch asInt(v[0]) {
+	case 1:
+		return store.ReserveReply{Reserved: true, Wait: micros(v[1]), Prev: asString(v[2]), Next: asString(v[3])}, nil
+	case 0:
+		return store.ReserveReply{Wait: micros(v[1]), Paused: asInt(v[2]) == 1}, nil
+	}
+	return store.ReserveReply{TooBig: asInt(v[1])}, nil
+}
+
+// Unreserve runs unreserve.lua once.
+func (s *Store) Unreserve(ctx context.Context, k store.Keyspace, prev, next string) (bool, error) {
+	n, err := s.run(ctx, unreserveScript, k, prev, next).Int64()
+	return n == 1, err
+}
+
+// SetRate runs setrate.lua once.
+func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) error {
+	return s.run(ctx, setRateScript, k, r.Events, r.Per.Microseconds(), r.Burst).Err()
+}
+
+// Pause runs pause.lua once.
+func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration) (time.Duration, error) {
+	v, err := s.run(ctx, pauseScript, k, d.Microseconds()).Text()
+	if err != nil {
+		return 0, err
+	}
+	return micros(v), nil
+}
+
+// RateState runs ratestate.lua once.
+func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateState, error) {
+	v, err := s.run(ctx, rateStateScript, k).StringSlice()
+	if err != nil {
+		return store.RateState{}, err
+	}
+	var st store.RateState
+	st.Paused = micros(v[4])
+	if v[1] != "" {
+		st.Fleet = store.Rate{Events: atoi(v[1]), Per: micros(v[2]), Burst: atoi(v[3])}
+	}
+	if v[0] != "" {
+		st.Known = true
+		if st.Fleet.Events > 0 {
+			// When the next event of cost 1 may go, by the fleet rate; a
+			// process's own rate is not known here.
+			free := time.Duration(atoi(v[0])-atoi(v[5]))*time.Microsecond - time.Duration(st.Fleet.Burst-1)*st.Fleet.Interval()
+			st.NextFree = max(free, 0)
+		} else {
+			st.NextFree = -1
+		}
+	}
+	return st, nil
+}
+
+// micros reads a reply's whole microseconds.
+func micros(v any) time.Duration { return time.Duration(asInt(v)) * time.Microsecond }
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// asInt reads a reply's number, sent as an integer or as a decimal
+// string (fmt in common.lua, for numbers past 2^53's precision in Lua).
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		return atoi(x)
+	}
+	return 0
+}
+
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+var _ store.Rates = (*Store)(nil)

@@ -1,0 +1,54 @@
+-- KEYS[1] rate  HASH tat (µs, server clock: GCRA's theoretical arrival
+--               time: the burst is whole again then), and events, per (µs),
+--               burst: the fleet rate SetRate stored, if any
+-- KEYS[2] pause STRING µs (server clock) until which the name grants
+--               nothing; it expires then (pause.lua)
+-- ARGV: events, per_us, burst (the asking rate), n (the event's cost),
+--       max_wait_us (-1: no bound), careful (1: see below)
+-- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
+-- from now, and unreserve.lua gives it back while tat is still next;
+-- {0, wait_us, paused (1/0)} when it would wait longer than max_wait_us
+-- (nothing is reserved); {-1, burst} when n is above the burst.
+--
+-- GCRA: each event of cost n moves tat on by n emission intervals
+-- (T = per / events), and may go once tat - burst * T is not in the
+-- future. Reserving moves tat at once, so callers are given their times
+-- in the order they reached Redis, paced exactly, with one call each.
+local st = redis.call('HMGET', KEYS[1], 'tat', 'events', 'per', 'burst')
+local fleet = st[2] ~= false
+local events, per, burst
+if fleet then
+  events, per, burst = tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+else
+  events, per, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+end
+local n = tonumber(ARGV[4])
+if n > burst then return {-1, burst} end
+local T = per / events
+local now = now_us()
+local tat = tonumber(st[1])
+if not tat and ARGV[6] == '1' then
+  -- No state: a name never used, used long ago, or forgotten by a restart.
+  -- Events before the start can have moved tat to at most the start plus
+  -- a burst: until then, take it that they did.
+  local up = uptime_us()
+  if up then tat = now - up + burst * T end
+end
+tat = math.max(tat or now, now)
+-- A pause leaves the burst empty at its end: the first event goes then,
+-- the others paced after it (an API that answered 429 is not sent a burst
+-- the moment it said to come back).
+local paused = tonumber(redis.call('GET', KEYS[2]) or '0')
+if paused > now then tat = math.max(tat, paused + (burst - 1) * T) end
+local wait = math.max(tat + (n - burst) * T - now, 0)
+local max_wait = tonumber(ARGV[5])
+if max_wait >= 0 and wait > max_wait then
+  return {0, fmt(wait), paused > now and 1 or 0}
+end
+local prev, nxt = fmt(tat), fmt(tat + n * T)
+redis.call('HSET', KEYS[1], 'tat', nxt)
+if not fleet then
+  -- Past tat the burst is whole, which is what no state means too.
+  redis.call('PEXPIREAT', KEYS[1], fmt(math.ceil((tat + n * T) / 1000) + 1000))
+end
+return {1, fmt(wait), prev, nxt}

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Rates is implemented by a Store that keeps fleet-wide rates: one Redis
+// deployment, not a quorum (a quorum of independent rates would let
+// through up to N/quorum times the rate, on clocks that disagree).
+type Rates interface {
+	// Reserve runs GCRA once: it reserves the event's time on the server
+	// clock, or says how long it would have to wait.
+	Reserve(ctx context.Context, k Keyspace, r ReserveRequest) (ReserveReply, error)
+	// Unreserve gives a reservation back when nothing was reserved after
+	// it (Prev and Next of its reply); it reports whether it did.
+	Unreserve(ctx context.Context, k Keyspace, prev, next string) (bool, error)
+	// SetRate stores (Events > 0) or clears the fleet-wide rate.
+	SetRate(ctx context.Context, k Keyspace, r Rate) error
+	// RateState reads what Redis holds for the name.
+	RateState(ctx context.Context, k Keyspace) (RateState, error)
+	// Pause makes the name grant nothing for d from now on the server's
+	// clock (a longer pause set before stays); d == 0 lifts the pause. It
+	// returns how long the name is paused for.
+	Pause(ctx context.Context, k Keyspace, d time.Duration) (time.Duration, error)
+}
+
+// Rate is at most Burst events at once and Events per Per on average.
+type Rate struct {
+	Events int64
+	Per    time.Duration
+	Burst  int64
+}
+
+// Interval is the time one event takes from the rate (GCRA's emission
+// interval).
+func (r Rate) Interval() time.Duration { return r.Per / time.Duration(r.Events) }
+
+// ReserveRequest asks for the time of an event of cost N.
+type ReserveRequest struct {
+	Rate Rate // the asker's; a fleet rate in Redis overrides it
+	N    int64
+	// MaxWait: a reservation further off than this is not made (-1: no
+	// bound; 0: only an event that may go now).
+	MaxWait time.Duration
+	// Careful: a name Redis has no state for, on a server that started
+	// less than a burst's refill ago, is taken as having spent its burst
+	// just before the start (it may have been forgotten by a restart).
+	Careful bool
+}
+
+// ReserveReply is the answer to a ReserveRequest.
+type ReserveReply struct {
+	Reserved bool
+	// Wait is how long from the reply the event goes (Reserved), or would
+	// have had to wait (not Reserved).
+	Wait   time.Duration
+	Paused bool  // the wait is (at least) a pause's
+	TooBig int64 // N is above the burst (this one) and never fits; 0 otherwise
+	// Prev and Next are the state before and after the reservation, which
+	// Unreserve restores when nothing moved it since.
+	Prev, Next string
+}
+
+// RateState is what Redis holds for a rate.
+type RateState struct {
+	Fleet Rate // the fleet rate SetRate stored (Events 0: none)
+	// Known: Redis holds reservations for the name (else its burst is
+	// whole, or it was never used).
+	Known bool
+	// NextFree is how long until an event of cost 1 may go (0: now).
+	NextFree time.Duration
+	// Paused is how long the name stays paused (0: not paused).
+	Paused time.Duration
+}
+
+const (
+	rateSuffix  = "}:rate"
+	pauseSuffix = "}:pause"
+)
+
+// NewRateKeyspace returns the keys of the rate name under prefix: its
+// GCRA state (HASH) and its pause (STRING). The hash tag is the
+// semaphore's of the same name, so a pause is one key for both.
+func NewRateKeyspace(prefix, name string) Keyspace {
+	tag := prefix + "{" + tagEscaper.Replace(name)
+	keys := []string{tag + rateSuffix, tag + pauseSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1]}}
+}
+
+// RatePattern is the SCAN pattern of the rate keys under prefix (see
+// StatePattern).
+func RatePattern(prefix string) string {
+	return globEscape(prefix) + "{*" + rateSuffix
+}
+
+// NameOfRateKey undoes NewRateKeyspace for a rate key (see
+// NameOfStateKey).
+func NameOfRateKey(key string) (string, bool) { return nameOf(key, rateSuffix) }

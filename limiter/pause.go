@@ -1,0 +1,139 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// maxPause bounds a pause: a day, as a TTL.
+const maxPause = 24 * time.Hour
+
+// Pause makes name grant nothing for d, for every process, on the
+// server's clock: its RateLimit gives no event a time before the pause
+// ends, and then paces them from there (no burst at the end: an API that
+// answered 429 is not sent a burst the moment it said to come back). A
+// pause already set for longer stays; Pause never shortens one (Unpause
+// lifts it). It returns how long name is paused for from now. Events
+// reserved before the pause keep their times. d outside (0, 24h] gives an
+// *ArgumentError; a Redlock Client gives ErrRatesUnsupported; a Redis
+// failure, or ctx ending, is returned wrapped (the pause may have been
+// set all the same).
+func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
+	if d <= 0 || d > maxPause {
+		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", maxPause))
+	}
+	return i.pause(ctx, name, d)
+}
+
+// Unpause lifts name's pause. Events reserved during the pause keep
+// their times (they were told when to go); new ones are timed as if the
+// pause had not been. Errors are Pause's.
+func (i *Inspector) Unpause(ctx context.Context, name string) error {
+	_, err := i.pause(ctx, name, 0)
+	return err
+}
+
+func (i *Inspector) pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
+	k, st, err := i.rateKeys(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	left, err := st.Pause(ctx, k, d)
+	if err != nil {
+		return 0, redisError("pause", name, err)
+	}
+	return left, nil
+}
+
+// RateState is what Redis holds for a rate limit's name.
+type RateState struct {
+	// Fleet is the fleet rate stored with SetRate (Events 0: none; each
+	// RateLimit then uses its own).
+	Fleet Rate
+	// NextFree is how long until an event of cost 1 may go by the fleet
+	// rate (0: now; -1: unknown, since without a fleet rate it depends on
+	// the asking RateLimit's).
+	NextFree time.Duration
+	// Paused is how long the name stays paused (0: not paused).
+	Paused time.Duration
+	// Known: Redis holds reservations for the name; else its burst is
+	// whole (or it was never used), and NextFree is 0.
+	Known bool
+}
+
+// Rate reads what Redis holds for the rate limit name. Errors are
+// Pause's.
+func (i *Inspector) Rate(ctx context.Context, name string) (RateState, error) {
+	k, st, err := i.rateKeys(ctx, name)
+	if err != nil {
+		return RateState{}, err
+	}
+	s, err := st.RateState(ctx, k)
+	if err != nil {
+		return RateState{}, redisError("read rate", name, err)
+	}
+	return RateState{Fleet: Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known}, nil
+}
+
+// SetRate stores in Redis a rate that every process's RateLimit of name
+// obeys in place of its own, until SetRate with the zero Rate clears it:
+// "100/min" becomes "60/min" fleet-wide with one call. Events reserved
+// already keep their times; later ones are paced by the new rate. While
+// a rate is stored, the name's state does not expire. A bad rate gives an
+// *ArgumentError naming "rate"; other errors are Pause's (the rate may
+// have been stored all the same).
+func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
+	if r != (Rate{}) {
+		if err := r.check("rate"); err != nil {
+			return err
+		}
+	}
+	k, st, err := i.rateKeys(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := st.SetRate(ctx, k, store.Rate(r)); err != nil {
+		return redisError("set rate", name, err)
+	}
+	return nil
+}
+
+// RateNames lists, sorted, the rate limits under the Client's prefix
+// that have state in Redis (used within about a burst's refill, or with a
+// stored rate) and whose name matches the glob match, as Names does.
+func (i *Inspector) RateNames(ctx context.Context, match string) ([]string, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
+	if err := i.c.closedErr(); err != nil {
+		return nil, err
+	}
+	names, err := i.c.st.Names(ctx, store.RatePattern(i.c.cfg.prefix))
+	if err != nil {
+		return nil, fmt.Errorf("limiter: list rate names: %w", err)
+	}
+	names = matchingNames(names, match)
+	slices.Sort(names)
+	return names, nil
+}
+
+// rateKeys checks the arguments and the Client, and returns name's rate
+// keys and the store that keeps rates.
+func (i *Inspector) rateKeys(ctx context.Context, name string) (store.Keyspace, store.Rates, error) {
+	switch {
+	case ctx == nil:
+		return store.Keyspace{}, nil, argError("ctx", nil, "must not be nil")
+	case name == "":
+		return store.Keyspace{}, nil, argError("name", `""`, "must not be empty")
+	}
+	st, ok := i.c.st.(store.Rates)
+	if !ok {
+		return store.Keyspace{}, nil, ErrRatesUnsupported
+	}
+	return store.NewRateKeyspace(i.c.cfg.prefix, name), st, i.c.closedErr()
+}

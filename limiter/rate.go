@@ -1,0 +1,280 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
+)
+
+// Rate is a rate limit: on average Events per Per, and at most Burst at
+// once. In any window of length w, a RateLimit lets through at most
+// Burst + Events*w/Per events (GCRA's definition). "100 per minute, burst
+// 20" is Rate{Events: 100, Per: time.Minute, Burst: 20}.
+type Rate struct {
+	Events int64
+	Per    time.Duration
+	Burst  int64
+}
+
+// maxPer bounds a rate's period, and maxBurst its burst: a day, and 2^40
+// like a limit. The time one event takes (Per/Events) must be at least a
+// microsecond, the scripts' unit.
+const (
+	maxPer   = 24 * time.Hour
+	maxBurst = maxLimit
+)
+
+// String writes the rate as ParseRate reads it: "100/1m0s burst 20".
+func (r Rate) String() string {
+	return fmt.Sprintf("%d/%v burst %d", r.Events, r.Per, r.Burst)
+}
+
+// ParseRate reads "N/PERIOD" with an optional " burst B" (as String
+// writes it), PERIOD a time.ParseDuration ("1m", "10s") or a bare unit
+// ("s", "m", "h"): "100/m", "100/1m burst 20". Without a burst it is 1.
+// A malformed or out-of-range rate gives an *ArgumentError naming "rate".
+func ParseRate(s string) (Rate, error) {
+	bad := func(why string) (Rate, error) { return Rate{}, argError("rate", strconv.Quote(s), why) }
+	body, burst, hasBurst := strings.Cut(strings.TrimSpace(s), " burst ")
+	events, per, ok := strings.Cut(body, "/")
+	if !ok {
+		return bad(`want "N/PERIOD" or "N/PERIOD burst B", e.g. "100/1m burst 20"`)
+	}
+	r := Rate{Burst: 1}
+	var err error
+	if r.Events, err = strconv.ParseInt(strings.TrimSpace(events), 10, 64); err != nil {
+		return bad("N is not a whole number")
+	}
+	per = strings.TrimSpace(per)
+	if per != "" && !strings.ContainsAny(per[:1], "0123456789") {
+		per = "1" + per
+	}
+	if r.Per, err = time.ParseDuration(per); err != nil {
+		return bad("PERIOD is not a duration")
+	}
+	if hasBurst {
+		if r.Burst, err = strconv.ParseInt(strings.TrimSpace(burst), 10, 64); err != nil {
+			return bad("B is not a whole number")
+		}
+	}
+	return r, r.check("rate")
+}
+
+// check returns an *ArgumentError naming arg when r is out of range.
+func (r Rate) check(arg string) error {
+	switch {
+	case r.Events < 1 || r.Events > maxLimit:
+		return argError(arg+".Events", r.Events, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
+	case r.Per <= 0 || r.Per > maxPer:
+		return argError(arg+".Per", r.Per, fmt.Sprintf("must be above 0 and at most %v", maxPer))
+	case r.Per/time.Duration(r.Events) < time.Microsecond:
+		return argError(arg, r, "one event must take at least a microsecond (Per/Events)")
+	case r.Burst < 1 || r.Burst > maxBurst:
+		return argError(arg+".Burst", r.Burst, fmt.Sprintf("must be between 1 and %d", int64(maxBurst)))
+	}
+	return nil
+}
+
+// ErrRatesUnsupported is returned by Client.RateLimit on a Redlock
+// Client: a quorum of independent rates would let through up to N/quorum
+// times the rate (each node counts only the events it saw), on clocks
+// that disagree. Keep a rate on one Redis deployment (a node, Sentinel or
+// Cluster).
+var ErrRatesUnsupported = errors.New("limiter: rate limits need one Redis deployment, not Redlock's independent nodes")
+
+// RateLimit is a fleet-wide rate limit: every process whose Client uses
+// the same Redis, prefix and name shares it, on the server's clock. Each
+// event reserves its time in Redis with one call (GCRA), so callers are
+// served in the order they asked, paced exactly, and a wait costs no
+// polling: the caller sleeps until its time.
+type RateLimit struct {
+	c    *Client
+	name string
+	rate Rate
+	cfg  config
+	keys store.Keyspace
+	st   store.Rates
+}
+
+// RateLimit returns the rate limit named name with rate r (the fleet rate
+// stored with SetRate, if any, overrides it). It shares the pause of the
+// Semaphore of the same name (Pause). Options: AcquireTimeout bounds a
+// wait (Wait's, and Reserve's); RestartQuarantine (on by default) makes a
+// Redis that started less than a burst's refill ago, and has no state for
+// the name, give no burst until then: it may have forgotten events made
+// before its restart. A bad name, rate or option gives an *ArgumentError;
+// a Redlock Client gives ErrRatesUnsupported; after Close, ErrClosed.
+func (c *Client) RateLimit(name string, r Rate, opts ...Option) (*RateLimit, error) {
+	if name == "" {
+		return nil, argError("name", `""`, "must not be empty")
+	}
+	if err := r.check("rate"); err != nil {
+		return nil, err
+	}
+	cfg, err := c.cfg.with(opts)
+	if err == nil && cfg.prefix != c.cfg.prefix {
+		err = argError("Prefix", cfg.prefix, "is a Client option: give it to New")
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, ok := c.st.(store.Rates)
+	if !ok {
+		return nil, ErrRatesUnsupported
+	}
+	if c.closedErr() != nil {
+		return nil, ErrClosed
+	}
+	return &RateLimit{c: c, name: name, rate: r, cfg: cfg, keys: store.NewRateKeyspace(cfg.prefix, name), st: st}, nil
+}
+
+// Name returns the rate limit's name.
+func (rl *RateLimit) Name() string { return rl.name }
+
+// Rate returns the rate it was made with (the fleet rate, when one is
+// stored, is FleetRate's).
+func (rl *RateLimit) Rate() Rate { return rl.rate }
+
+// Allow reports whether an event may happen now, and if so counts it: as
+// AllowN(ctx, 1).
+func (rl *RateLimit) Allow(ctx context.Context) (bool, error) { return rl.AllowN(ctx, 1) }
+
+// AllowN reports whether an event of cost n may happen now, and if so
+// counts it; if not, nothing is counted. It returns an error only for bad
+// input (an *ArgumentError: n below 1 or above the burst) or a Redis
+// failure (then it is not known whether the event was counted), with
+// ctx's cancellation bounding the call.
+func (rl *RateLimit) AllowN(ctx context.Context, n int64) (bool, error) {
+	rep, err := rl.reserve(ctx, n, 0)
+	return err == nil && rep.Reserved, err
+}
+
+// Wait waits until an event may happen: as WaitN(ctx, 1).
+func (rl *RateLimit) Wait(ctx context.Context) error { return rl.WaitN(ctx, 1) }
+
+// WaitN reserves the time of an event of cost n and sleeps until then. It
+// returns at once with a *BusyError (matching ErrBusy, and ErrTimeout)
+// whose RetryIn is the wait, reserving nothing, when the wait would end
+// after ctx's deadline or AcquireTimeout. When ctx ends during the sleep
+// the reservation is given back where it can be (nothing was reserved
+// after it) and ctx's error is returned. Bad input gives an
+// *ArgumentError; a Redis failure is returned wrapped (the event may have
+// been counted).
+func (rl *RateLimit) WaitN(ctx context.Context, n int64) error {
+	r, err := rl.ReserveN(ctx, n)
+	if err != nil {
+		return err
+	}
+	return r.wait(ctx)
+}
+
+// ReserveN reserves the time of an event of cost n, bounded as WaitN,
+// and returns it without sleeping: the caller acts at its Time, or
+// Cancels it. Errors are WaitN's.
+func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error) {
+	rep, err := rl.reserve(ctx, n, rl.maxWait(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if !rep.Reserved {
+		return nil, &BusyError{Name: rl.name, Weight: n, RetryIn: rep.Wait, Paused: rep.Paused, Rate: true, timedOut: true}
+	}
+	return &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next}, nil
+}
+
+// maxWait is how long ctx's deadline and AcquireTimeout let a reservation
+// be off (-1: no bound).
+func (rl *RateLimit) maxWait(ctx context.Context) time.Duration {
+	bound := time.Duration(-1)
+	if rl.cfg.acquireTimeout > 0 {
+		bound = rl.cfg.acquireTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left := max(time.Until(dl), 0)
+		if bound < 0 || left < bound {
+			bound = left
+		}
+	}
+	return bound
+}
+
+// reserve checks the arguments and runs one reservation.
+func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration) (store.ReserveReply, error) {
+	switch {
+	case ctx == nil:
+		return store.ReserveReply{}, argError("ctx", nil, "must not be nil")
+	case n < 1 || n > maxBurst:
+		return store.ReserveReply{}, argError("n", n, fmt.Sprintf("must be between 1 and the burst (%d)", rl.rate.Burst))
+	}
+	if err := rl.c.closedErr(); err != nil {
+		return store.ReserveReply{}, err
+	}
+	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0}
+	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
+	switch {
+	case err != nil:
+		return rep, redisError("reserve", rl.name, err)
+	case rep.TooBig > 0:
+		return rep, argError("n", n, fmt.Sprintf("is above the burst of %q (%d): it could never go", rl.name, rep.TooBig))
+	}
+	return rep, nil
+}
+
+// Reservation is the time an event was given by a RateLimit.
+type Reservation struct {
+	rl         *RateLimit
+	n          int64
+	at         time.Time
+	prev, next string
+}
+
+// Time is when the event may happen (this process's clock).
+func (r *Reservation) Time() time.Time { return r.at }
+
+// Delay is how long from now until the event may happen (0: now).
+func (r *Reservation) Delay() time.Duration { return max(time.Until(r.at), 0) }
+
+// Cancel gives the reservation back, so that a later caller may have its
+// time, when nothing was reserved after it (later callers have their
+// times already) and its time has not come; it reports whether it did.
+// Its call to Redis is bounded by ReleaseTimeout and not by ctx's
+// cancellation, as Release's; a Redis failure is returned wrapped.
+func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
+	if ctx == nil {
+		return false, argError("ctx", nil, "must not be nil")
+	}
+	if !time.Now().Before(r.at) {
+		return false, nil
+	}
+	rl := r.rl
+	ctx, cancel := context.WithTimeout(detach(ctx), rl.cfg.releaseTimeout)
+	defer cancel()
+	ok, err := bounded(rl.c, ctx, func() (bool, error) { return rl.st.Unreserve(ctx, rl.keys, r.prev, r.next) })
+	if err != nil {
+		return false, redisError("cancel reservation", rl.name, err)
+	}
+	return ok, nil
+}
+
+// wait sleeps until the reservation's time; when ctx ends first it
+// cancels the reservation and returns ctx's error.
+func (r *Reservation) wait(ctx context.Context) error {
+	d := r.Delay()
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		_, _ = r.Cancel(ctx)
+		return fmt.Errorf("limiter: wait %q: %w", r.rl.name, context.Cause(ctx))
+	}
+}
