@@ -100,4 +100,5 @@ func asString(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
 var _ store.Rates = (*Store)(nil)
