@@ -151,7 +151,8 @@ func runScenario(t *testing.T, sz size, s spec) row {
 // workers' quarantine (a server younger than it grants nothing on a name
 // without one) holds them back only after a restart that forgot it:
 // without this every scenario would start with a TTL of refusals on its
-// fresh servers.
+// fresh servers. It allows eviction: the scenario's workers decide
+// whether an evicting server is refused.
 func (r *run) firstToken(t *testing.T) {
 	t.Helper()
 	rdb, nodes := workerConfig{Addrs: r.target.addrs, Redlock: r.target.redlock, SentinelMaster: r.target.sentinelMaster, Cluster: r.target.cluster}.redisClients()
@@ -162,7 +163,7 @@ func (r *run) firstToken(t *testing.T) {
 		c, err = limiter.NewRedlock(nodes, limiter.RestartQuarantine(0))
 	} else {
 		defer rdb.Close()
-		c, err = limiter.New(rdb, limiter.RestartQuarantine(0))
+		c, err = limiter.New(rdb, limiter.RestartQuarantine(0), limiter.AllowEviction())
 	}
 	if err != nil {
 		t.Fatal(err)
