@@ -38,12 +38,12 @@ import (
 //     time (the only clock), hmget/hset/hdel/hincrby (the state hash),
 //     zadd/zrem/zscore/zmscore/zrange/zrangebyscore/zrevrangebyscore (the
 //     leases and the queue), pexpireat/persist (key expiry), publish
-//     (waking another Client's waiters).
+//     (waking another Client's waiters), get/set/del (a name's pause).
 const aclSetUser = "ACL SETUSER redsem on >password ~redsem:* resetchannels &redsem:* -@all" +
 	" +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping" +
 	" +time +hmget +hset +hdel +hincrby" +
 	" +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore" +
-	" +pexpireat +persist +publish"
+	" +pexpireat +persist +publish +get +set +del"
 
 // pubsubKeepAlive is how long the wake-up connection stays silent before
 // the Client pings it (receive in internal/redisstore/pubsub.go); only a wait longer than
@@ -77,7 +77,7 @@ func TestACL(t *testing.T) {
 	for what, err := range map[string]error{
 		"HGET other:x":       rdbA.HGet(ctx, "other:x", "f").Err(),
 		"GET other:x":        rdbA.Get(ctx, "other:x").Err(),
-		"GET redsem:x":       rdbA.Get(ctx, "redsem:x").Err(),
+		"LPUSH redsem:x":     rdbA.LPush(ctx, "redsem:x", "v").Err(),
 		"PUBLISH other:wake": rdbA.Publish(ctx, "other:wake", "x").Err(),
 	} {
 		if !redis.HasErrorPrefix(err, "NOPERM") {
@@ -160,6 +160,7 @@ func TestACL(t *testing.T) {
 	if !slices.Equal(names, []string{"acl"}) {
 		t.Fatalf("Names = %q, want [acl]", names)
 	}
+	aclRatesAndPauses(ctx, t, a)
 
 	type acquired struct {
 		l   *limiter.Lease
@@ -440,5 +441,34 @@ func TestACLKeyRefusalKeepsFunctions(t *testing.T) {
 	}
 	if calls := srv.CommandCalls(t); calls["fcall"] != 2 || calls["evalsha"]+calls["eval"] != 0 {
 		t.Fatalf("a cycle after a key refusal: %v, want both scripts by FCALL", calls)
+	}
+}
+
+// aclRatesAndPauses runs a rate limit, a fleet rate and a pause of the
+// name "acl" (lifted again).
+func aclRatesAndPauses(ctx context.Context, t *testing.T, c *limiter.Client) {
+	t.Helper()
+	ins := c.Inspector()
+	rl, err := c.RateLimit("acl", limiter.Rate{Events: 100, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := rl.Allow(ctx); !ok || err != nil {
+		t.Fatalf("Allow: %v, %v", ok, err)
+	}
+	if err := ins.SetRate(ctx, "acl", limiter.Rate{Events: 50, Per: time.Second, Burst: 1}); err != nil {
+		t.Fatal("SetRate:", err)
+	}
+	if err := ins.SetRate(ctx, "acl", limiter.Rate{}); err != nil {
+		t.Fatal("SetRate(clear):", err)
+	}
+	if _, err := ins.Pause(ctx, "acl", time.Minute); err != nil {
+		t.Fatal("Pause:", err)
+	}
+	if st, err := ins.Rate(ctx, "acl"); err != nil || st.Paused < 50*time.Second {
+		t.Fatalf("Rate: %+v, %v; want paused ~1m", st, err)
+	}
+	if err := ins.Unpause(ctx, "acl"); err != nil {
+		t.Fatal("Unpause:", err)
 	}
 }

@@ -132,7 +132,7 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 		retry = rep.Quarantine
 	}
 	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: max(retry-time.Since(answered), 0),
-		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, timedOut: timedOut}
+		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, Paused: rep.Paused, timedOut: timedOut}
 }
 
 // Error says how full the semaphore was and when to try again.
@@ -145,8 +145,11 @@ func (e *BusyError) Error() string {
 		return fmt.Sprintf("limiter: %q: an event of cost %d would wait %v%s, past the deadline or AcquireTimeout: %v",
 			e.Name, e.Weight, e.RetryIn.Round(time.Microsecond), why, ErrTimeout)
 	}
-	if e.Restarted {
+	if e.Restarted || e.Paused {
 		msg := fmt.Sprintf("limiter: %q: Redis restarted and grants nothing new for %v (RestartQuarantine)", e.Name, e.RetryIn)
+		if e.Paused {
+			msg = fmt.Sprintf("limiter: %q is paused for %v (Inspector.Pause)", e.Name, e.RetryIn)
+		}
 		if e.timedOut {
 			msg += fmt.Sprintf(": no %d permit(s) after %d attempt(s) in %v: %v",
 				e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), ErrTimeout)

@@ -183,8 +183,8 @@ func FuzzKeyspace(f *testing.F) {
 			t.Fatalf("Semaphore(%q) with Prefix(%q): %v", name, prefix, err)
 		}
 		keys := s.keys.Keys
-		if len(keys) != 3 || keys[0] == keys[1] || keys[1] == keys[2] || keys[0] == keys[2] {
-			t.Fatalf("keys %q: want three distinct ones", keys)
+		if len(keys) != 4 || len(slices.Compact(slices.Sorted(slices.Values(keys)))) != 4 {
+			t.Fatalf("keys %q: want four distinct ones", keys)
 		}
 		tag := clusterHashTag(keys[0])
 		if tag == "" {
@@ -201,7 +201,7 @@ func FuzzKeyspace(f *testing.F) {
 		if got, ok := store.NameOfStateKey(keys[1]); !ok || got != name {
 			t.Fatalf("store.NameOfStateKey(%q) = %q, %v; want %q", keys[1], got, ok, name)
 		}
-		for _, k := range []string{keys[0], keys[2]} {
+		for _, k := range []string{keys[0], keys[2], keys[3]} {
 			if got, ok := store.NameOfStateKey(k); ok {
 				t.Fatalf("store.NameOfStateKey(%q) took a non-state key for the state of %q", k, got)
 			}

@@ -6,13 +6,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Acquire outcomes, the "outcome" label of redsem_acquire_total.
+// Acquire outcomes, the "outcome" label of redsem_acquire_total and (but
+// "reserved" for "acquired") of redsem_rate_events_total.
 const (
 	outcomeAcquired = "acquired"
 	outcomeBusy     = "busy"     // TryAcquire found no room
 	outcomeTimeout  = "timeout"  // AcquireTimeout ran out
 	outcomeCanceled = "canceled" // the caller's context ended
 	outcomeError    = "error"    // Redis failed
+	outcomeReserved = "reserved" // a rate gave the event its time
 )
 
 // Collector is a prometheus.Collector for the semaphores that were given
@@ -24,6 +26,9 @@ type Collector struct {
 	heldLeases     *prometheus.GaugeVec
 	lostLeases     *prometheus.CounterVec
 	refreshFailure *prometheus.CounterVec
+	rateEvents     *prometheus.CounterVec
+	rateWait       *prometheus.HistogramVec
+	pauses         *prometheus.CounterVec
 }
 
 // NewCollector returns a Collector whose metrics are named redsem_*.
@@ -45,11 +50,21 @@ func NewCollector() *Collector {
 		refreshFailure: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redsem_refresh_failures_total", Help: "Refreshes that got no answer from Redis.",
 		}, []string{"name"}),
+		rateEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redsem_rate_events_total", Help: "Rate limit events (Allow, Wait, ReserveN calls) by outcome.",
+		}, []string{"name", "outcome"}),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redsem_rate_wait_seconds", Help: "The wait a rate limit gave each reserved event.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"name"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redsem_pauses_total", Help: "Pauses this process set (Inspector.Pause).",
+		}, []string{"name"}),
 	}
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.acquires, c.wait, c.heldLeases, c.lostLeases, c.refreshFailure}
+	return []prometheus.Collector{c.acquires, c.wait, c.heldLeases, c.lostLeases, c.refreshFailure, c.rateEvents, c.rateWait, c.pauses}
 }
 
 // Describe implements prometheus.Collector.
@@ -92,5 +107,22 @@ func (c *Collector) lost(name string) {
 func (c *Collector) refreshFailed(name string) {
 	if c != nil {
 		c.refreshFailure.WithLabelValues(name).Inc()
+	}
+}
+
+// rated counts a rate's event by outcome, and a reserved one's wait.
+func (c *Collector) rated(name, outcome string, wait time.Duration) {
+	if c == nil {
+		return
+	}
+	c.rateEvents.WithLabelValues(name, outcome).Inc()
+	if outcome == outcomeReserved {
+		c.rateWait.WithLabelValues(name).Observe(wait.Seconds())
+	}
+}
+
+func (c *Collector) paused(name string) {
+	if c != nil {
+		c.pauses.WithLabelValues(name).Inc()
 	}
 }

@@ -104,7 +104,9 @@ func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
 func OnLost(fn func(l *Lease, err error)) Option { return func(c *config) { c.onLost = fn } }
 
 // Metrics reports acquisitions, waits, held and lost leases and refresh
-// failures to c, labelled with the semaphore's name.
+// failures to c, labelled with the semaphore's name, and a RateLimit's
+// events (by outcome) and waits, and the pauses an Inspector set, labelled
+// with theirs (a pause by a Client given Metrics).
 func Metrics(c *Collector) Option { return func(cfg *config) { cfg.metrics = c } }
 
 // Logger sets where the few things worth logging go (lost leases, failed

@@ -14,9 +14,13 @@ import (
 const maxPause = 24 * time.Hour
 
 // Pause makes name grant nothing for d, for every process, on the
-// server's clock: its RateLimit gives no event a time before the pause
-// ends, and then paces them from there (no burst at the end: an API that
-// answered 429 is not sent a burst the moment it said to come back). A
+// server's clock. Its Semaphore grants no new lease (holders keep theirs,
+// and a release grants no waiter): TryAcquire returns a *BusyError with
+// Paused set, and waiters keep their places and are served in order from
+// the pause's end, the head woken by a timer (no polling). Its RateLimit
+// gives no event a time before the end, and then paces them from there
+// (no burst at the end: an API that answered 429 is not sent a burst the
+// moment it said to come back). A
 // pause already set for longer stays; Pause never shortens one (Unpause
 // lifts it). It returns how long name is paused for from now. Events
 // reserved before the pause keep their times. d outside (0, 24h] gives an
@@ -27,23 +31,28 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 	if d <= 0 || d > maxPause {
 		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", maxPause))
 	}
-	return i.pause(ctx, name, d)
+	left, err := i.pause(ctx, name, d)
+	if err == nil {
+		i.c.cfg.metrics.paused(name)
+	}
+	return left, err
 }
 
-// Unpause lifts name's pause. Events reserved during the pause keep
-// their times (they were told when to go); new ones are timed as if the
-// pause had not been. Errors are Pause's.
+// Unpause lifts name's pause and wakes the semaphore's waiters that fit.
+// Rate events reserved during the pause keep their times (they were told
+// when to go); new ones are timed after them. Errors are Pause's.
 func (i *Inspector) Unpause(ctx context.Context, name string) error {
 	_, err := i.pause(ctx, name, 0)
 	return err
 }
 
 func (i *Inspector) pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
-	k, st, err := i.rateKeys(ctx, name)
+	_, st, err := i.rateKeys(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	left, err := st.Pause(ctx, k, d)
+	left, woken, err := st.Pause(ctx, store.NewKeyspace(i.c.cfg.prefix, name, 1), d, i.c.channel)
+	i.c.hub.wake(woken)
 	if err != nil {
 		return 0, redisError("pause", name, err)
 	}

@@ -662,9 +662,11 @@ func TestRedlockDeadNodeIsNotAskedPerAcquisition(t *testing.T) {
 			t.Fatalf("release with one node refusing: %v", err)
 		}
 	}
-	// The first failure's dials (go-redis tries again: up to 4), and one
-	// probe per NodeTimeout (2s) the cycles took, and one more.
-	if n, most := dials.n.Load()-before, int64(4+time.Since(start)/(2*time.Second)+1); n > most {
+	// The first failures' dials (go-redis tries again: up to 4 each, and
+	// the eviction check's INFO may fail beside the first vote), and one
+	// probe per NodeTimeout (2s) the cycles took, and one more. Asked on
+	// every acquisition, it would be 30 or more.
+	if n, most := dials.n.Load()-before, int64(2*4+time.Since(start)/(2*time.Second)+1); n > most {
 		t.Fatalf("%d dials to the refusing node in %d acquisitions (%v), want at most %d: it is asked every time",
 			n, cycles, time.Since(start).Round(time.Millisecond), most)
 	}

@@ -162,7 +162,8 @@ func (rl *RateLimit) Wait(ctx context.Context) error { return rl.WaitN(ctx, 1) }
 // whose RetryIn is the wait, reserving nothing, when the wait would end
 // after ctx's deadline or AcquireTimeout. When ctx ends during the sleep
 // the reservation is given back where it can be (nothing was reserved
-// after it) and ctx's error is returned. Bad input gives an
+// after it) and ctx's error is returned; when the Client closes, the
+// same with ErrClosed. Bad input gives an
 // *ArgumentError; a Redis failure is returned wrapped (the event may have
 // been counted).
 func (rl *RateLimit) WaitN(ctx context.Context, n int64) error {
@@ -218,9 +219,14 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {
 	case err != nil:
+		rl.cfg.metrics.rated(rl.name, outcomeError, 0)
 		return rep, redisError("reserve", rl.name, err)
 	case rep.TooBig > 0:
 		return rep, argError("n", n, fmt.Sprintf("is above the burst of %q (%d): it could never go", rl.name, rep.TooBig))
+	case rep.Reserved:
+		rl.cfg.metrics.rated(rl.name, outcomeReserved, rep.Wait)
+	default:
+		rl.cfg.metrics.rated(rl.name, outcomeBusy, 0)
 	}
 	return rep, nil
 }
@@ -274,7 +280,11 @@ func (r *Reservation) wait(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
+		r.rl.cfg.metrics.rated(r.rl.name, outcomeCanceled, 0)
 		_, _ = r.Cancel(ctx)
 		return fmt.Errorf("limiter: wait %q: %w", r.rl.name, context.Cause(ctx))
+	case <-r.rl.c.ctx.Done():
+		_, _ = r.Cancel(context.Background())
+		return fmt.Errorf("limiter: wait %q: %w", r.rl.name, ErrClosed)
 	}
 }

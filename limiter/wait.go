@@ -291,13 +291,17 @@ func (s *Semaphore) leave(wait string) {
 }
 
 // retryAfter is how long the head waiter sleeps without a wake-up: until
-// about the earliest expiry, or, after a quorum's split vote, the pause
+// the name's pause ends, about the earliest expiry, or, after a quorum's
+// split vote, the pause
 // the quorum proposed the first time, then a growing one (1ms doubling,
 // at most NodeTimeout/2): what looks like a split may be a holder missing
 // from one node (it acquired while that node was down), which lasts
 // until its refresh grants it there again, and must not be retried in a
 // loop.
 func (wt *waiting) retryAfter() time.Duration {
+	if wt.rep.Paused { // until its end, however long: no polling
+		return wt.rep.RetryIn + time.Millisecond
+	}
 	if !wt.rep.Split {
 		return fallbackWait(wt.rep.RetryIn)
 	}

@@ -43,7 +43,10 @@ func aclCommands(env checkEnv) []aclCommand {
 		cs = append(cs, aclCommand{name: c, args: []string{c, key, "0", "1"}})
 	}
 	cs = append(cs, aclCommand{name: "pexpireat", args: []string{"pexpireat", key, "1"}},
-		aclCommand{name: "persist", args: []string{"persist", key}})
+		aclCommand{name: "persist", args: []string{"persist", key}},
+		aclCommand{name: "get", args: []string{"get", key}},
+		aclCommand{name: "set", args: []string{"set", key, "1"}},
+		aclCommand{name: "del", args: []string{"del", key}})
 	if env.waitReplicas > 0 {
 		cs = append(cs, aclCommand{name: "wait", args: []string{"wait", "1", "0"}})
 	}

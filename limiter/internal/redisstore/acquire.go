@@ -48,7 +48,7 @@ func parseAcquire(v []any) (store.AcquireReply, error) {
 		last, _ := v[4].(string)
 		restarted, _ := v[5].(int64)
 		rep := store.AcquireReply{RetryIn: time.Duration(max(wait, 0)) * time.Millisecond, InUse: inUse, Head: head == 1,
-			LastToken: last, Restarted: restarted == 1}
+			LastToken: last, Restarted: restarted == 1, Paused: restarted == 2}
 		if rep.Restarted {
 			rep.Quarantine = rep.RetryIn
 		}

@@ -15,7 +15,8 @@
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
 -- when not (with the last token issued, and 1 when the restart quarantine
--- refused it, the ms being then until its end), {-1, weight held} when the id holds another weight, {-2,
+-- refused it, 2 when the name's pause did, the ms being then until its
+-- end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
 -- Sums the weights of the live waiters queued ahead of wait (of every
 -- waiter when wait is not queued): those permits are spoken for, but for
@@ -137,7 +138,9 @@ if not conflict and not st[2] and ARGV[13] ~= '0' then
   quarantine = quarantine_left(tonumber(ARGV[13]))
 end
 
-if not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit then
+local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
+local paused = fits and pause_left(now_ms) or 0
+if fits and paused == 0 then
   -- A quorum granting a lease it holds again on a node that lost it
   -- gives the lease its own token (ARGV[14]); the node's counter never
   -- goes back.
@@ -204,4 +207,5 @@ end
 -- The last token issued: a direct grant announced with a token no higher came
 -- before this answer, so its lease has expired since (see wait.go).
 if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
+if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
 return {0, earliest(now_ms, ttl, first), total, head, st[2] or '0', 0}

@@ -16,6 +16,9 @@
 --                keyexp (when the keys expire),
 --                cap    (the fleet-wide limit SetLimit stored, if any)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
+-- KEYS[4] pause  STRING µs (server clock) until which the name grants
+--                nothing; it expires then (pause.lua). Shared with the
+--                rate of the same name (reserve.lua).
 -- Measured with callgrind on Redis 7.0 (instructions per call): running
 -- a script costs ~16k before its first line, this prelude ~8k (every
 -- function below is a closure made anew on each call), each redis.call
@@ -240,6 +243,15 @@ end
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
 -- its retry learns so, and not waited for.
+-- Milliseconds left of the name's pause (KEYS[4]), 0 when not paused.
+-- Read only when something would be granted: a pause costs the full
+-- semaphore's calls nothing.
+local function pause_left(now_ms)
+  local p = redis.call('GET', KEYS[4])
+  if not p then return 0 end
+  return math.max(math.ceil(tonumber(p) / 1000) - (now_ms or clock_ms()), 0)
+end
+
 local function fitting(now_ms, free, limit)
   local fit = {}
   if free <= 0 then return fit end
@@ -278,7 +290,11 @@ local function pass_on(now_ms, free, own, limit, g)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
-  for _, f in ipairs(fitting(now_ms, free, limit)) do
+  local fit = fitting(now_ms, free, limit)
+  -- Paused: nobody is granted or woken; the head waiter's timer ends with
+  -- the pause, and its grant passes the turn on.
+  if #fit > 0 and pause_left(now_ms) > 0 then return mine end
+  for _, f in ipairs(fit) do
     local wait, channel, fw, hand, fexp, own_limit = f[1], f[2], f[3], f[4], f[5], f[6]
     local msg = wait
     own_limit = g and g.cap or own_limit

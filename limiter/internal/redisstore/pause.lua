@@ -1,14 +1,21 @@
--- KEYS[1] rate HASH (unused), KEYS[2] pause STRING (see reserve.lua)
--- ARGV: d_us (0: lift the pause)
+-- KEYS: the semaphore's (see common.lua); KEYS[4] is the name's pause,
+--       which its rate shares (reserve.lua)
+-- ARGV: d_us (0: lift the pause), own wake channel
 -- Pauses the name until d_us from now on the server's clock, unless it
 -- is paused longer already (two 429s never shorten each other's pause).
--- The key expires when the pause ends. Returns the µs left of the pause.
-local now = now_us()
+-- The key expires when the pause ends. Lifting it wakes the waiters that
+-- fit: they slept until its end. Returns {µs left of the pause, own
+-- waiters woken...}.
 if ARGV[1] == '0' then
-  redis.call('DEL', KEYS[2])
-  return 0
+  redis.call('DEL', KEYS[4])
+  local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
+  local limit = tonumber(st[2]) or math.huge
+  local reply = {0}
+  for _, v in ipairs(pass_on(nil, limit - (tonumber(st[1]) or 0), ARGV[2], limit)) do reply[#reply + 1] = v end
+  return reply
 end
-local until_us = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[2]) or '0'))
-redis.call('SET', KEYS[2], fmt(until_us))
-redis.call('PEXPIREAT', KEYS[2], fmt(math.ceil(until_us / 1000)))
-return fmt(until_us - now)
+local now = now_us()
+local until_us = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[4]) or '0'))
+redis.call('SET', KEYS[4], fmt(until_us))
+redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000)))
+return {fmt(until_us - now)}

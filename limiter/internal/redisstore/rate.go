@@ -43,12 +43,12 @@ func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) err
 }
 
 // Pause runs pause.lua once.
-func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration) (time.Duration, error) {
-	v, err := s.run(ctx, pauseScript, k, d.Microseconds()).Text()
-	if err != nil {
-		return 0, err
+func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, channel string) (time.Duration, []string, error) {
+	v, err := s.run(ctx, pauseScript, k, d.Microseconds(), channel).Slice()
+	if err != nil || len(v) == 0 {
+		return 0, nil, err
 	}
-	return micros(v), nil
+	return micros(v[0]), stringsOf(v[1:]), nil
 }
 
 // RateState runs ratestate.lua once.

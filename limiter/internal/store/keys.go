@@ -6,7 +6,10 @@ import "strings"
 // (NewRateKeyspace). They all share one hash tag, the name's, so each
 // script touches a single Cluster slot.
 type Keyspace struct {
-	Keys []string // leases (ZSET), state (HASH), queue (ZSET): the KEYS of every script
+	// Keys are the KEYS of every script: a semaphore's leases (ZSET),
+	// state (HASH), queue (ZSET) and pause (STRING); a rate's state
+	// (HASH) and pause, the same key as its semaphore's.
+	Keys []string
 	// Args are the keys boxed once, as the hot scripts send them (a
 	// string put in an interface allocates).
 	Args []any
@@ -28,8 +31,8 @@ const stateSuffix = "}:state"
 // NewKeyspace returns the keys of the semaphore name under prefix.
 func NewKeyspace(prefix, name string, limit int64) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue"}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2]}, Limit: limit}
+	keys := []string{tag + "}:leases", tag + stateSuffix, tag + "}:queue", tag + pauseSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3]}, Limit: limit}
 }
 
 // StatePattern is the SCAN pattern of the state keys under prefix, of

@@ -19,10 +19,12 @@ type Rates interface {
 	SetRate(ctx context.Context, k Keyspace, r Rate) error
 	// RateState reads what Redis holds for the name.
 	RateState(ctx context.Context, k Keyspace) (RateState, error)
-	// Pause makes the name grant nothing for d from now on the server's
-	// clock (a longer pause set before stays); d == 0 lifts the pause. It
-	// returns how long the name is paused for.
-	Pause(ctx context.Context, k Keyspace, d time.Duration) (time.Duration, error)
+	// Pause makes the name of k (a semaphore's Keyspace: the pause is
+	// the name's, its rate's too) grant nothing for d from now on the
+	// server's clock (a longer pause set before stays); d == 0 lifts the
+	// pause and wakes the waiters that fit, returning the caller's own
+	// (channel). It returns how long the name is paused for.
+	Pause(ctx context.Context, k Keyspace, d time.Duration, channel string) (left time.Duration, woken []string, err error)
 }
 
 // Rate is at most Burst events at once and Events per Per on average.

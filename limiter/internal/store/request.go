@@ -52,6 +52,7 @@ type AcquireReply struct {
 	Head       bool          // when not granted: nobody waits ahead
 	LastToken  string        // when not granted: the last token issued
 	Restarted  bool          // when not granted: for the restart quarantine
+	Paused     bool          // when not granted: for the name's pause (RetryIn: until its end)
 	Quarantine time.Duration // when Restarted: until the quarantine ends (the latest node's, on a quorum)
 	// Split: when not granted, contenders split a quorum's nodes and gave
 	// their parts back; SplitPause is the pause the quorum proposes
