@@ -1,5 +1,6 @@
-// Package asynqmw caps how many asynq task handlers run at once across
-// every worker process, with semaphores from package limiter.
+// Package asynqmw caps how many asynq task handlers run at once, and how
+// often they start, across every worker process, with semaphores and rate
+// limits from package limiter.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}) // shared by everything below
 //	lc, err := limiter.New(rdb) // one per process; Close it after the server shut down
@@ -7,7 +8,8 @@
 //	mw, err := asynqmw.New(lc, []asynqmw.Rule{
 //		// every matching rule applies, narrowest first
 //		{Name: "partner-customer", TypePrefix: "partner:", Key: customerOf, Limit: 1},
-//		{Name: "partner-api", TypePrefix: "partner:", Limit: 5, AcquireTimeout: 5 * time.Second},
+//		{Name: "partner-api", TypePrefix: "partner:", Limit: 5, AcquireTimeout: 5 * time.Second,
+//			Rate: limiter.Rate{Events: 10, Per: time.Second, Burst: 5}}, // and 10 starts a second
 //	})
 //	mux.Use(mw)
 //	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -32,6 +34,49 @@
 // to LastTryAcquireTimeout (default 1 minute) instead. A wait that the
 // task's context or the limiter Client's Close ends, or a Redis failure,
 // returns that error and asynq retries the task as for any error.
+//
+// # Rates
+//
+// A rule with a Rate also limits how often its handlers start, fleet-wide
+// (limiter.RateLimit: each start reserves its time in Redis, GCRA; a Key
+// rule has one rate per key). A task gets its rate slots first, then its
+// permits:
+//
+//  1. It reserves a slot of every rate of its rules, bounded by the
+//     task's wait (AcquireTimeout): a slot further off than that returns
+//     a *BusyError (Rate set) whose RetryIn is the slot's wait, and the
+//     task is re-queued as for a full semaphore, spending no retry.
+//  2. It sleeps until its latest slot, holding nothing.
+//  3. It takes its permits (the rest of the same wait), and starts.
+//
+// Why this order: a task never holds a permit while it waits for a slot,
+// so permits are spent on running handlers only; and reserving first
+// keeps the rate's first-come, first-served order, with one call to
+// Redis and no polling. In the common case (a permit free at the slot)
+// every slot is used. A slot is lost only when the permits do not come
+// at its time: the task's wait ended (the slot, if its time has not come,
+// is given back), or they came late (below). An unused slot only slows
+// the rate. The other order (permit,
+// then slot) would sit on a permit for the whole wait of the rate.
+//
+// A slot whose permits came late is not used late: an event delayed past
+// its slot would bunch with the ones after it and break the rate (ten
+// slots 100ms apart whose permits all free at once would start together).
+// A handler that would start more than 20ms after its slot takes an
+// event now instead, when the rate has room (one more call); when it has
+// none, the task gives its permits back and reserves anew. So in any
+// window of length w a rule's handlers start at most Burst + Events*(w +
+// 20ms)/Per times.
+//
+// # Pauses
+//
+// A handler that hears "slow down" (a 429 with Retry-After) returns
+// Pause(d, err) (or a *PauseError naming one rule): the middleware pauses
+// the task's rules that have a Rate, in Redis (limiter.Inspector.Pause),
+// so that no worker's task of them gets a slot before the pause ends,
+// and the task is re-queued at the pause's end without spending a retry,
+// as BullMQ's RateLimitError. A rule to be paused needs a Rate (a
+// generous one costs one call to Redis per task).
 //
 // IsFailure and RetryDelay are the one way this module's asynq
 // middlewares talk to asynq's retries: scheduler.Adopt returns the same

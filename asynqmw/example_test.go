@@ -2,6 +2,7 @@ package asynqmw_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -62,4 +63,55 @@ func ExampleNew() {
 	fmt.Println(<-ran)
 	// Output:
 	// export for acme ran; holds a lease: true
+}
+
+// A handler that hears 429 from the partner returns asynqmw.Pause: every
+// worker's tasks of the rule wait out the Retry-After (the rule needs a
+// Rate: the pause is the rate's), and this task comes back at the end
+// without spending a retry.
+func ExamplePause() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer lc.Close(context.Background())
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "example-partner", Type: "example:call",
+		Limit: 5, Rate: limiter.Rate{Events: 10, Per: time.Second, Burst: 2}}})
+	if err != nil {
+		panic(err)
+	}
+	calls := 0
+	done := make(chan string, 1)
+	mux := asynq.NewServeMux()
+	mux.Use(mw)
+	mux.HandleFunc("example:call", func(ctx context.Context, t *asynq.Task) error {
+		calls++ // one task: its runs come one after the other
+		if calls == 1 {
+			retryAfter := time.Second // from the partner's 429
+			return asynqmw.Pause(retryAfter, errors.New("partner: 429 Too Many Requests"))
+		}
+		retried, _ := asynq.GetRetryCount(ctx)
+		done <- fmt.Sprintf("call %d succeeded; retries spent: %d", calls, retried)
+		return nil
+	})
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		IsFailure:                asynqmw.IsFailure(nil),
+		RetryDelayFunc:           asynqmw.RetryDelay(nil), // a paused task comes back at the pause's end
+		DelayedTaskCheckInterval: 100 * time.Millisecond,  // asynq's default 5s would add to the pause
+		LogLevel:                 asynq.FatalLevel,
+	})
+	if err := srv.Start(mux); err != nil {
+		panic(err)
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+	if _, err := client.Enqueue(asynq.NewTask("example:call", nil)); err != nil {
+		panic(err)
+	}
+	fmt.Println(<-done)
+	// Output:
+	// call 2 succeeded; retries spent: 0
 }

@@ -16,6 +16,11 @@ const (
 	SeriesRequeued = "redsem_asynq_requeued_busy_total" // counter: tasks returned busy for asynq to re-queue
 	SeriesLost     = "redsem_asynq_leases_lost_total"   // counter: handlers whose permit was lost while they ran
 	SeriesRunning  = "redsem_asynq_running"             // gauge: handlers of this process holding a permit of the rule
+
+	SeriesRateWait   = "redsem_asynq_rate_wait_seconds"       // histogram: how long rate slots were off when reserved (0: free at once)
+	SeriesRateWaits  = "redsem_asynq_rate_waits_total"        // counter: rate slots a task had to sleep for
+	SeriesRateUnused = "redsem_asynq_rate_slots_unused_total" // counter: rate slots reserved and not used (given back, or come too late)
+	SeriesPausesSet  = "redsem_asynq_pauses_total"            // counter: pauses handlers set (PauseError), per rule paused
 )
 
 // Collector is a prometheus.Collector for the middleware (see the Series
@@ -27,6 +32,10 @@ type Collector struct {
 	busy       *prometheus.CounterVec
 	lostLeases *prometheus.CounterVec
 	running    *prometheus.GaugeVec
+	rateWait   *prometheus.HistogramVec
+	rateWaits  *prometheus.CounterVec
+	rateUnused *prometheus.CounterVec
+	pauses     *prometheus.CounterVec
 }
 
 // NewCollector returns a Collector of the Series* series.
@@ -48,11 +57,25 @@ func NewCollector() *Collector {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: SeriesRunning, Help: "Handlers of this process holding a permit, by rule.",
 		}, []string{"rule"}),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: SeriesRateWait, Help: "How long the rate slots gated tasks reserved were off (0: free at once), by rule.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"rule"}),
+		rateWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: SeriesRateWaits, Help: "Rate slots gated tasks had to sleep for, by rule.",
+		}, []string{"rule"}),
+		rateUnused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: SeriesRateUnused, Help: "Rate slots reserved and not used (given back, or come too late), by rule.",
+		}, []string{"rule"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: SeriesPausesSet, Help: "Pauses set by handlers (PauseError), by the rule paused.",
+		}, []string{"rule"}),
 	}
 }
 
 func (c *Collector) all() []prometheus.Collector {
-	return []prometheus.Collector{c.gatedTasks, c.waits, c.busy, c.lostLeases, c.running}
+	return []prometheus.Collector{c.gatedTasks, c.waits, c.busy, c.lostLeases, c.running,
+		c.rateWait, c.rateWaits, c.rateUnused, c.pauses}
 }
 
 // Describe implements prometheus.Collector.
@@ -69,7 +92,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Count reads a counter (SeriesGated, SeriesRequeued or SeriesLost) or the
+// Count reads a counter (SeriesGated, SeriesRequeued, SeriesLost,
+// SeriesRateWaits, SeriesRateUnused or SeriesPausesSet) or the
 // SeriesRunning gauge of one rule, or of all rules when rule is "": for
 // tests, demos and logs. Any other series, or a nil Collector, gives 0.
 func (c *Collector) Count(rule, series string) float64 {
@@ -86,6 +110,12 @@ func (c *Collector) Count(rule, series string) float64 {
 		vec = c.lostLeases
 	case SeriesRunning:
 		vec = c.running
+	case SeriesRateWaits:
+		vec = c.rateWaits
+	case SeriesRateUnused:
+		vec = c.rateUnused
+	case SeriesPausesSet:
+		vec = c.pauses
 	default:
 		return 0
 	}
@@ -143,5 +173,26 @@ func (c *Collector) lost(rule string) {
 func (c *Collector) runs(rule string, delta float64) {
 	if c != nil {
 		c.running.WithLabelValues(rule).Add(delta)
+	}
+}
+
+func (c *Collector) rateWaited(rule string, d time.Duration) {
+	if c != nil {
+		c.rateWait.WithLabelValues(rule).Observe(d.Seconds())
+		if d > 0 {
+			c.rateWaits.WithLabelValues(rule).Inc()
+		}
+	}
+}
+
+func (c *Collector) slotUnused(rule string) {
+	if c != nil {
+		c.rateUnused.WithLabelValues(rule).Inc()
+	}
+}
+
+func (c *Collector) paused(rule string) {
+	if c != nil {
+		c.pauses.WithLabelValues(rule).Inc()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,16 +34,18 @@ type options struct {
 	maxGatedSet    bool
 }
 
-// Metrics reports gated tasks, waits, busy re-queues and lost leases to c,
-// labelled by rule name (never by key).
+// Metrics reports gated tasks, waits, busy re-queues, lost leases, rate
+// waits, unused rate slots and pauses to c, labelled by rule name (never
+// by key).
 func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 
 // Logger sets where lost leases and failed releases are logged (default
 // slog.Default()).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// LimiterOptions passes options to every semaphore (e.g.
-// limiter.ReleaseTimeout, limiter.MaxHold); they override the options the
+// LimiterOptions passes options to every semaphore and rate limit (e.g.
+// limiter.ReleaseTimeout, limiter.MaxHold, limiter.RestartQuarantine);
+// they override the options the
 // limiter.Client was made with. limiter.Prefix is a Client option: give it
 // to limiter.New (here it is an *ArgumentError). The rules' TTL and AcquireTimeout override the limiter's
 // TTL and AcquireTimeout. A bad option makes New return the
@@ -115,8 +118,11 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // value or a TTL it refuses. A closed client gives limiter.ErrClosed.
 // Nothing is sent to Redis.
 //
-// A task runs its handler only while it holds a permit of every rule that
-// matches it. It takes them one after the other in the order of the rules
+// A task runs its handler only within a slot of the rate of every rule
+// with a Rate that matches it, and while it holds a permit of every rule
+// with a Limit. It reserves the slots first and sleeps until them holding
+// nothing (see Rates in the package doc for why), then takes the permits
+// one after the other in the order of the rules
 // (a name's place is that of its first rule; two keys of one name go in
 // key order), so tasks matching the same rules never deadlock, and holds
 // the earlier permits while it waits for the later ones: list the
@@ -130,8 +136,8 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // wait for all permits is bounded by the smallest AcquireTimeout of the
 // matching rules, ending a little before the task's deadline if that
 // comes first, and on the task's last try by LastTryAcquireTimeout. If it
-// runs out, the task releases what it took and returns a *BusyError (see
-// IsFailure and RetryDelay); if the task's context ends first (asynq's
+// runs out, or a slot would be further off, the task gives back what it
+// took and returns a *BusyError (see IsFailure and RetryDelay); if the task's context ends first (asynq's
 // deadline, shutdown, or its own lease on the task lost), an error
 // wrapping the context's cause; a Redis failure or limiter.ErrClosed is
 // returned wrapped. asynq retries these as for any error.
@@ -149,7 +155,8 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // when asynq has given up on it; a failed release is logged and the permit
 // comes back at the rule's TTL. The task returns what the handler
 // returned: neither a lost lease nor a failed release turns a handler's
-// success into a failure.
+// success into a failure. A *PauseError the handler returns pauses its
+// rules' rates and becomes a *BusyError (see PauseError).
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if client == nil {
 		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
@@ -178,15 +185,36 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "MaxGated", Value: nil, Reason: "needs an *asynq.Inspector"})
 		}
 	}
-	for i, r := range rs {
-		// The rule's TTL and an unbounded AcquireTimeout come after the
-		// user's limiter options, so they win: waits are bounded here.
-		r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0))
-		if _, err := client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil { // validates the options now
-			return nil, fmt.Errorf("asynqmw: rules[%d]: %w", i, err)
+	for _, r := range rs {
+		if err := m.limiterOptions(r); err != nil {
+			return nil, err
 		}
 	}
 	return m.wrap, nil
+}
+
+// limiterOptions sets the options of r's semaphores and rate limits and
+// checks them, and r's Limit and Rate, with the limiter (nothing is sent
+// to Redis). The rule's TTL and an unbounded AcquireTimeout come after
+// the user's limiter options, so they win: waits are bounded here.
+func (m *middleware) limiterOptions(r *rule) error {
+	r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0))
+	r.rateOpts = append(slices.Clone(m.opts.limiterOpts), limiter.AcquireTimeout(0))
+	if r.Limit > 0 {
+		if _, err := m.client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil {
+			return fmt.Errorf("asynqmw: rules[%d]: %w", r.index, err)
+		}
+	}
+	if r.hasRate() {
+		if _, err := m.client.RateLimit(r.Name, r.Rate, r.rateOpts...); err != nil {
+			var arg *limiter.ArgumentError
+			if errors.As(err, &arg) && strings.HasPrefix(arg.Arg, "rate") {
+				arg.Arg = fmt.Sprintf("rules[%d].Rate%s", r.index, strings.TrimPrefix(arg.Arg, "rate"))
+			}
+			return fmt.Errorf("asynqmw: rules[%d]: %w", r.index, err)
+		}
+	}
+	return nil
 }
 
 // gates returns the semaphores a task must hold, in acquisition order,
@@ -227,32 +255,16 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		since := sync.OnceValue(func() time.Time { return m.since(ctx, start) })
 		wait, stopWait := m.wait(ctx, acquireTimeout, since)
 		defer stopWait()
-		id := runID(ctx)
-
-		var out error // what the task returns
-		var through func(ctx context.Context, i int)
-		through = func(ctx context.Context, i int) {
-			if i == len(gs) {
-				stopWait() // every permit held
-				out = next.ProcessTask(ctx, t)
-				return
-			}
-			lease, err := m.acquire(ctx, wait, gs[i], id)
-			if err != nil {
-				var busy *BusyError
-				if errors.As(err, &busy) && m.opts.inspector != nil {
-					busy.Since = since()
-					busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
-				}
-				out = err
-				return
-			}
-			m.run(ctx, t, lease, gs[i].r.Name, func(ctx context.Context) error {
-				through(ctx, i+1)
-				return out
-			})
+		out, ran := m.gated(ctx, wait, stopWait, t, gs, runID(ctx), next)
+		var pe *PauseError
+		if ran && errors.As(out, &pe) {
+			out = m.pause(ctx, t, gs, pe)
 		}
-		through(ctx, 0)
+		var busy *BusyError
+		if (!ran || pe != nil) && errors.As(out, &busy) && m.opts.inspector != nil {
+			busy.Since = since()
+			busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
+		}
 		return out
 	})
 }
@@ -323,54 +335,4 @@ func lastTry(ctx context.Context) bool {
 	retried, ok1 := asynq.GetRetryCount(ctx)
 	maxRetry, ok2 := asynq.GetMaxRetry(ctx)
 	return ok1 && ok2 && retried >= maxRetry
-}
-
-// acquire waits for a permit of g, under the lease id id (random when
-// empty), until ctx or the task's wait ends.
-func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*limiter.Lease, error) {
-	sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
-	}
-	m.opts.metrics.gated(g.r.Name)
-	opts := []limiter.AcquireOption{limiter.Weight(g.r.Weight)}
-	if id != "" {
-		opts = append(opts, limiter.ID(id))
-	}
-	start := time.Now()
-	// wait bounds it, and ctx too: after the first permit, ctx is the
-	// earlier lease's (ended if that lease is lost).
-	waitCtx, cancel := context.WithCancelCause(wait)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	lease, err := sem.Acquire(waitCtx, opts...)
-	stop()
-	cancel(nil)
-	m.opts.metrics.waited(g.r.Name, time.Since(start))
-	if err != nil {
-		if errors.Is(err, errGateTimeout) {
-			m.opts.metrics.requeued(g.r.Name)
-			return nil, &BusyError{Semaphore: g.name, RetryIn: jitter(max(g.r.AcquireTimeout, minRetryIn)), Err: err}
-		}
-		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
-	}
-	return lease, nil
-}
-
-// run runs fn under the lease (see limiter.Lease.Run), which releases it
-// when fn returns or panics (asynq recovers the panic), unless it was
-// lost; a loss is counted and logged, a failed release logged.
-func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) {
-	defer func() { // also when the handler panicked
-		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
-			m.opts.metrics.lost(rule)
-			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
-		}
-	}()
-	m.opts.metrics.runs(rule, 1)
-	defer m.opts.metrics.runs(rule, -1)
-	err := lease.Run(ctx, fn)
-	if errors.Is(err, limiter.ErrReleaseFailed) {
-		// Not fatal: the permit comes back when the lease's TTL runs out.
-		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
-	}
 }

@@ -27,20 +27,31 @@ import (
 // otherwise it starts the redis-server the runnable Examples find in
 // REDIS_ADDR.
 func TestMain(m *testing.M) {
-	redistest.Main(m, map[string]func() int{"crash": crashWorker, "compose": composeWorker})
+	redistest.Main(m, map[string]func() int{"crash": crashWorker, "compose": composeWorker,
+		"rate": rateWorker, "pause": pauseWorker})
 }
 
 // childRedis names the environment variable that gives a child process
-// its Redis address.
-const childRedis = "REDSEM_CHILD_REDIS"
+// its Redis address, and childQueue the one asynq queue it works on
+// (empty: asynq's default queue).
+const (
+	childRedis = "REDSEM_CHILD_REDIS"
+	childQueue = "REDSEM_CHILD_QUEUE"
+)
 
 // startChild runs the test binary as the child role (see TestMain) on the
 // Redis at addr. At cleanup it is sent SIGTERM, on which its asynq server
 // shuts down and its limiter Client closes, and waited for.
 func startChild(t *testing.T, role, addr string) *exec.Cmd {
 	t.Helper()
+	return startChildOn(t, role, addr, "")
+}
+
+// startChildOn is startChild for a worker of asynq queue queue alone.
+func startChildOn(t *testing.T, role, addr, queue string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), redistest.ChildEnv+"="+role, childRedis+"="+addr)
+	cmd.Env = append(os.Environ(), redistest.ChildEnv+"="+role, childRedis+"="+addr, childQueue+"="+queue)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -67,8 +78,12 @@ func childWorker(concurrency int, rules []asynqmw.Rule, h func(rdb *redis.Client
 	}
 	defer lc.Close(context.Background()) // after the server's shutdown, before rdb.Close
 	mw, err := asynqmw.New(lc, rules)
+	cfg := serverConfig(concurrency)
+	if q := os.Getenv(childQueue); q != "" {
+		cfg.Queues = map[string]int{q: 1}
+	}
 	if err == nil {
-		err = asynq.NewServerFromRedisClient(rdb, serverConfig(concurrency)).Run(mw(h(rdb)))
+		err = asynq.NewServerFromRedisClient(rdb, cfg).Run(mw(h(rdb)))
 	}
 	if err != nil {
 		fmt.Println(err)
@@ -334,6 +349,13 @@ func TestBadConfig(t *testing.T) {
 			{Name: "a:b", Limit: 1}}, "rules[1].Name"},
 		{[]asynqmw.Rule{{Name: "a", Limit: 1, TTL: time.Microsecond}}, "TTL"}, // the limiter's
 		{[]asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "", Limit: 1}}, "rules[1].Name"},
+		{[]asynqmw.Rule{{Name: "a", Rate: limiter.Rate{Events: 0, Per: time.Second, Burst: 1}}}, "rules[0].Rate.Events"},
+		{[]asynqmw.Rule{{Name: "a", Rate: limiter.Rate{Events: 1, Per: time.Second}}}, "rules[0].Rate.Burst"},
+		{[]asynqmw.Rule{{Name: "a", Weight: 1, Rate: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}}}, "rules[0].Weight"},
+		{[]asynqmw.Rule{{Name: "a", Rate: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, Key: customerOf,
+			KeyLimit: func(string) int64 { return 1 }}}, "rules[0].Limit"},
+		{[]asynqmw.Rule{{Name: "a", Limit: 1, Type: "x"},
+			{Name: "a", Limit: 1, Type: "y", Rate: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}}}, "rules[1].Rate"},
 	}
 	for _, tc := range cases {
 		_, err := asynqmw.New(lc, tc.rules)

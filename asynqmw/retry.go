@@ -25,12 +25,17 @@ const minRetryIn = 100 * time.Millisecond
 // errors.Is(err, limiter.ErrBusy) is true for it.
 type BusyError struct {
 	// Semaphore is what was taken: a rule's Name (Name:key for a Key
-	// rule), or a scheduled job's lock.
+	// rule), or a scheduled job's lock; for a pause, the names paused.
 	Semaphore string
 	// RetryIn is the delay RetryDelay gives asynq. New's middleware sets
 	// it to the rule's AcquireTimeout (at least 100ms), jittered to
-	// [½, 1½)× so that re-queued tasks do not come back together.
+	// [½, 1½)× so that re-queued tasks do not come back together; when a
+	// rate's slot is too far off, to that slot's wait, spread over
+	// [1, 1½)×; for a pause, to the pause's end.
 	RetryIn time.Duration
+	// Rate: the rule's rate (not its permits) was busy. Paused: the
+	// rate is paused, or the task's handler paused it (PauseError).
+	Rate, Paused bool
 	// Since is when the task's busy re-queues began, with MaxGated (else
 	// zero); Exceeded says that is longer ago than MaxGated allows, which
 	// makes IsFailure count the error as a failure.
@@ -47,7 +52,11 @@ const sinceMark = " [gated since "
 // Error says what was busy and, with MaxGated, since when the task is
 // gated.
 func (e *BusyError) Error() string {
-	msg := fmt.Sprintf("asynqmw: %s is busy; retry in %v", e.Semaphore, e.RetryIn.Round(time.Millisecond))
+	what := "busy"
+	if e.Paused {
+		what = "paused"
+	}
+	msg := fmt.Sprintf("asynqmw: %s is %s; retry in %v", e.Semaphore, what, e.RetryIn.Round(time.Millisecond))
 	if e.Exceeded {
 		msg = fmt.Sprintf("asynqmw: %s is busy, and the task is gated for longer than MaxGated (counted as a failure)", e.Semaphore)
 	}
@@ -142,3 +151,7 @@ func RetryDelay(next asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 
 // jitter spreads d over [½, 1½)×d.
 func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d+1) }
+
+// later spreads d over [1, 1½)×d: never before d, when a rate slot or a
+// pause's end would come.
+func later(d time.Duration) time.Duration { return d + rand.N(d/2+1) }

@@ -15,14 +15,16 @@ import (
 // half the limiter's, since a waiting task holds an asynq worker slot.
 const defaultAcquireTimeout = 5 * time.Second
 
-// Rule maps tasks to a semaphore. Every rule that matches a task applies:
-// the task runs only while it holds a permit of each (see New for the
-// order). Tasks no rule matches run ungated.
+// Rule maps tasks to a semaphore, a rate limit, or both. Every rule that
+// matches a task applies: the task runs only within a rate slot of each
+// rule with a Rate and while it holds a permit of each rule with a Limit
+// (see New for the order). Tasks no rule matches run ungated.
 type Rule struct {
-	// Name names the semaphore (required). Rules may share a name only
-	// with the same Limit: they then share the permits, and a task that
-	// several of them match takes the permit once (with the first such
-	// rule's Weight, TTL and AcquireTimeout).
+	// Name names the semaphore and the rate limit (required). Rules may
+	// share a name only with the same Limit and Rate: they then share the
+	// permits and the rate, and a task that several of them match takes
+	// the permit and the slot once (with the first such rule's Weight,
+	// TTL and AcquireTimeout).
 	Name string
 	// Type matches tasks of exactly this type; TypePrefix, tasks whose
 	// type starts with it. At most one of them; with neither, the rule
@@ -32,8 +34,8 @@ type Rule struct {
 	// Queue, when set, matches only tasks pulled from this asynq queue.
 	Queue string
 	// Key, when set, gives every key its own semaphore of Limit permits
-	// (or KeyLimit's), named Name+":"+key: per-customer caps from a
-	// payload field or a header. ctx is the handler's (asynq.GetQueueName
+	// (or KeyLimit's) and its own rate limit of Rate, both named
+	// Name+":"+key: per-customer caps from a payload field or a header. ctx is the handler's (asynq.GetQueueName
 	// and the other asynq.Get* work on it). A task for which it returns
 	// ok == false is not gated by this rule (other rules still apply).
 	Key func(ctx context.Context, t *asynq.Task) (key string, ok bool)
@@ -42,15 +44,27 @@ type Rule struct {
 	// wrapping a *limiter.ArgumentError naming rules[i].KeyLimit (asynq
 	// retries it as any error).
 	KeyLimit func(key string) int64
-	// Limit is the number of permits (required, >= 1).
+	// Limit is the number of permits: >= 1, or 0 for a rule with a Rate
+	// and no semaphore.
 	Limit int64
-	// Weight is the permits one task takes (default 1, <= Limit).
+	// Weight is the permits one task takes (default 1, <= Limit; 0
+	// without a Limit).
 	Weight int64
+	// Rate, when not zero, is a fleet-wide rate limit (limiter.RateLimit)
+	// on the handlers' starts: each run of a task spends one event of it
+	// ("10/s burst 5" is limiter.Rate{Events: 10, Per: time.Second,
+	// Burst: 5}). Its wait counts in AcquireTimeout; a rate stored with
+	// limiter.Inspector.SetRate overrides it; a pause
+	// (limiter.Inspector.Pause, or a handler's PauseError) stops it. A
+	// bad rate makes New return a *limiter.ArgumentError naming
+	// rules[i].Rate; a Redlock client, limiter.ErrRatesUnsupported.
+	Rate limiter.Rate
 	// TTL bounds how long a crashed worker keeps its permit (default
 	// limiter.DefaultTTL). The lease is refreshed while the handler runs.
 	TTL time.Duration
-	// AcquireTimeout bounds how long a task waits for its permits before
-	// it returns a *BusyError and is re-queued (default 5s; 0 means the
+	// AcquireTimeout bounds how long a task waits for its rate slots and
+	// permits before it returns a *BusyError and is re-queued (default
+	// 5s; 0 means the
 	// default, not an unbounded wait as for limiter.AcquireTimeout). It is
 	// the limiter's bound under the same name, for the whole run: a task
 	// matched by several rules waits at most the smallest of their
@@ -62,16 +76,21 @@ type Rule struct {
 // rule is a validated Rule with its place in the acquisition order.
 type rule struct {
 	Rule
-	index   int              // in the rules given to New
-	order   int              // index of the first rule with the same Name
-	semOpts []limiter.Option // of its semaphores, set by New
+	index    int              // in the rules given to New
+	order    int              // index of the first rule with the same Name
+	semOpts  []limiter.Option // of its semaphores, set by New
+	rateOpts []limiter.Option // of its rate limits, set by New
 }
 
-// gate is one semaphore a task must hold a permit of.
+// hasRate reports whether the rule limits a rate.
+func (r *rule) hasRate() bool { return r.Rate != (limiter.Rate{}) }
+
+// gate is one semaphore and rate limit a task must hold a permit and a
+// slot of: the rule's, or its key's.
 type gate struct {
 	r     *rule
-	name  string // the semaphore's name: Name, or Name:key
-	limit int64
+	name  string // the semaphore's and rate's name: Name, or Name:key
+	limit int64  // 0: no semaphore (a rule with only a Rate)
 }
 
 func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
@@ -93,7 +112,7 @@ func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
 		return gate{}, false, nil
 	}
 	limit := r.Limit
-	if r.KeyLimit != nil {
+	if r.KeyLimit != nil { // validate made sure that Limit >= 1
 		if l := r.KeyLimit(key); l != 0 {
 			limit = l
 		}
@@ -116,6 +135,7 @@ func validate(rules []Rule) ([]*rule, error) {
 	}
 	out := make([]*rule, len(rules))
 	limits := map[string]int64{}
+	rates := map[string]limiter.Rate{}
 	first := map[string]int{}
 	for i, r := range rules {
 		switch {
@@ -123,10 +143,12 @@ func validate(rules []Rule) ([]*rule, error) {
 			return nil, ruleError(i, "Name", `""`, "must not be empty")
 		case r.Type != "" && r.TypePrefix != "":
 			return nil, ruleError(i, "Type", r.Type, fmt.Sprintf("and TypePrefix %q are exclusive", r.TypePrefix))
-		case r.Limit < 1:
-			return nil, ruleError(i, "Limit", r.Limit, "must be >= 1")
+		case r.Limit < 0 || r.Limit == 0 && r.Rate == (limiter.Rate{}):
+			return nil, ruleError(i, "Limit", r.Limit, "must be >= 1, or 0 in a rule with a Rate")
 		case r.Weight < 0 || r.Weight > r.Limit:
-			return nil, ruleError(i, "Weight", r.Weight, fmt.Sprintf("must be between 1 and Limit %d", r.Limit))
+			return nil, ruleError(i, "Weight", r.Weight, fmt.Sprintf("must be between 1 and Limit %d (0 without a Limit)", r.Limit))
+		case r.KeyLimit != nil && r.Limit == 0:
+			return nil, ruleError(i, "Limit", r.Limit, "must be >= 1 when KeyLimit is set")
 		case r.TTL < 0:
 			return nil, ruleError(i, "TTL", r.TTL, "must not be negative")
 		case r.AcquireTimeout < 0:
@@ -137,11 +159,14 @@ func validate(rules []Rule) ([]*rule, error) {
 		if l, seen := limits[r.Name]; seen && l != r.Limit {
 			return nil, ruleError(i, "Limit", r.Limit, fmt.Sprintf("differs from %d of another rule named %q", l, r.Name))
 		}
-		limits[r.Name] = r.Limit
+		if rt, seen := rates[r.Name]; seen && rt != r.Rate {
+			return nil, ruleError(i, "Rate", r.Rate, fmt.Sprintf("differs from %v of another rule named %q", rt, r.Name))
+		}
+		limits[r.Name], rates[r.Name] = r.Limit, r.Rate
 		if _, seen := first[r.Name]; !seen {
 			first[r.Name] = i
 		}
-		if r.Weight == 0 {
+		if r.Weight == 0 && r.Limit > 0 {
 			r.Weight = 1
 		}
 		if r.TTL == 0 {
@@ -160,7 +185,7 @@ func validate(rules []Rule) ([]*rule, error) {
 		for _, r := range out {
 			if strings.HasPrefix(r.Name, k.Name+":") {
 				return nil, ruleError(r.index, "Name", r.Name,
-					fmt.Sprintf("would share a semaphore with the keys of rule %d (%q)", k.index, k.Name))
+					fmt.Sprintf("would share a semaphore or rate with the keys of rule %d (%q)", k.index, k.Name))
 			}
 		}
 	}
