@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redsem/redsem/limiter"
 )
 
 var (
@@ -216,4 +218,59 @@ func TestAnalyzeMerged(t *testing.T) {
 	if s := run.Analyze(); s.Peak != 2 || s.Violations != 1 {
 		t.Errorf("overlap: peak %d violations %d, want 2 and 1", s.Peak, s.Violations)
 	}
+}
+
+// TestSmokeRate runs the rate scenarios tiny: every uncontended Allow is
+// granted with one command, and the waiters in 2 processes get events
+// without exceeding the rate, commandstats agreeing with their hooks.
+func TestSmokeRate(t *testing.T) {
+	env := benchEnv(t)
+	ctx := context.Background()
+	for _, lib := range AllowLibs {
+		r, err := RunAllow(ctx, env, lib, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.N != 20 || r.ClientPerOp() != 1 || !r.CountsAgree() || r.CPUUsec <= 0 {
+			t.Errorf("%s: n=%d, %.2f cmds/call (hook %d), cpu %dµs", lib.Name, r.N, r.ClientPerOp(), r.HookCmds, r.CPUUsec)
+		}
+	}
+	for _, lib := range RateMultiLibs {
+		t.Run(lib.Name, func(t *testing.T) {
+			run, err := RunRateMulti(ctx, env, lib, MultiOpts{Procs: 2, Duration: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := run.Analyze()
+			if s.N < int(waitRate.Burst) || s.N > int(waitRate.Burst+waitRate.Events) {
+				t.Errorf("%d events in 500ms at %s", s.N, waitRate)
+			}
+			if over := run.OverRate(waitRate); over > 1 {
+				t.Errorf("%.1f events over the rate", over)
+			}
+			if !s.CountsAgree() {
+				t.Errorf("commandstats client count %d (%d pub/sub) != hook count %d", s.Counts.client, s.Counts.pubsub, s.HookCmds)
+			}
+			t.Logf("%d events, %.2f cmds/event, wait p99 %v", s.N, s.CmdsPerAcq(), s.WaitP99)
+		})
+	}
+}
+
+// OverRate counts the events beyond burst + rate·window in the worst
+// window.
+func TestOverRate(t *testing.T) {
+	ms := int64(time.Millisecond)
+	r := limiterRate(10, 2) // 10/s: one per 100ms, burst 2
+	run := MultiRun{Reports: []workerReport{{Acqs: []acqRec{{Got: 0}, {Got: 0}, {Got: 100 * ms}, {Got: 200 * ms}}}}}
+	if over := run.OverRate(r); over != 0 {
+		t.Fatalf("paced: %.2f over", over)
+	}
+	run.Reports[0].Acqs = append(run.Reports[0].Acqs, acqRec{Got: 0})
+	if over := run.OverRate(r); over < 1 {
+		t.Fatalf("3 at once with a burst of 2: %.2f over, want >= 1", over)
+	}
+}
+
+func limiterRate(perSec, burst int64) limiter.Rate {
+	return limiter.Rate{Events: perSec, Per: time.Second, Burst: burst}
 }

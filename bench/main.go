@@ -13,6 +13,12 @@
 //	go run . -multi                # both tables, ~2 min
 //	go run . -multi -inproc=false  # only the multi-process one
 //	go run . -redlock -inproc=false # Redlock on 3 nodes, then one stopped
+//
+// With -rate it runs redsem's RateLimit beside go-redis/redis_rate
+// (rate.go): uncontended Allow, and 4 processes x 8 goroutines waiting
+// on one name at 200/s, -rounds rounds alternating, medians, ratios:
+//
+//	go run . -rate -inproc=false
 package main
 
 import (
@@ -43,12 +49,14 @@ func main() {
 	rounds := flag.Int("rounds", 3, "multi-process: rounds per scenario and library (medians)")
 	multiDur := flag.Duration("multi-dur", 2*time.Second, "multi-process: length of one run")
 	redlock := flag.Bool("redlock", false, "run the Redlock table: 3 nodes, then one stopped (worker processes)")
+	rate := flag.Bool("rate", false, "run the rate-limit tables: redsem RateLimit beside redis_rate")
+	rateCalls := flag.Int("rate-calls", 3000, "rate: uncontended Allow calls per library and round")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	o := options{inproc: *inproc, multi: *multi, redlock: *redlock, nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur,
-		rounds: max(*rounds, 1), multiDur: *multiDur}
+	o := options{inproc: *inproc, multi: *multi, redlock: *redlock, rate: *rate, rateCalls: max(*rateCalls, 1),
+		nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur, rounds: max(*rounds, 1), multiDur: *multiDur}
 	if err := run(ctx, os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -58,6 +66,8 @@ func main() {
 type options struct {
 	inproc, multi    bool
 	redlock          bool
+	rate             bool
+	rateCalls        int
 	nUnc, nCon, nSem int
 	capDur           time.Duration
 	rounds           int
@@ -98,6 +108,17 @@ func run(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 		printRedlock(out, rows, o.rounds, o.multiDur)
+	}
+	if o.rate {
+		idle, err := idleCPU(ctx, env, o.multiDur)
+		if err != nil {
+			return err
+		}
+		allow, multi, err := runRate(ctx, env, o.rounds, o.rateCalls, o.multiDur)
+		if err != nil {
+			return err
+		}
+		printRate(out, allow, multi, o.rounds, o.rateCalls, o.multiDur, idle)
 	}
 	fmt.Fprintf(out, "\ntotal run time %v\n", time.Since(begin).Round(time.Millisecond))
 	return nil

@@ -88,6 +88,8 @@ type MultiLib struct {
 	// Unavailable, if set, says why the library cannot run here (its row
 	// shows n/a).
 	Unavailable string
+	// Rate: a rate library (rate.go); its New waits for one event.
+	Rate bool
 }
 
 func (l MultiLib) supports(sc MultiScenario) bool {
@@ -99,7 +101,7 @@ func (l MultiLib) supports(sc MultiScenario) bool {
 
 // newLocker returns the Locker of lib for a lock of limit permits.
 func (l MultiLib) newLocker(p *Proc, key string, limit int64) (Locker, error) {
-	if limit == 1 {
+	if limit == 1 || l.Rate {
 		return l.New(p, key)
 	}
 	if l.Name != "redsem" {
@@ -191,7 +193,7 @@ func WorkerMain() int {
 func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport, err error) {
 	rep.Proc = cfg.Proc
 	var lib *MultiLib
-	for _, libs := range [][]MultiLib{MultiLibs, RedlockLibs} {
+	for _, libs := range [][]MultiLib{MultiLibs, RedlockLibs, RateMultiLibs} {
 		for i := range libs {
 			if libs[i].Name == cfg.Lib {
 				lib = &libs[i]

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redsem/redsem/limiter"
@@ -15,17 +16,23 @@ import (
 // say.
 const defaultAcquireTimeout = 5 * time.Second
 
-// ServerConfig says what Middleware caps: the semaphore of a request, its
-// limit and weight, how long a request waits and how a busy one is
-// answered. Options say the rest.
+// ServerConfig says what Middleware caps: the semaphore and rate limit
+// of a request, its limit, rate and weight, how long a request waits and
+// how a busy one is answered. Options say the rest.
 type ServerConfig struct {
-	// Name names the semaphore (required). With Key, every key has its
-	// own semaphore, named Name+":"+key.
+	// Name names the semaphore and the rate limit (required). With Key,
+	// every key has its own, named Name+":"+key.
 	Name string
-	// Limit is the number of permits of each semaphore (required, >= 1):
-	// across every process that uses the same Redis and Name, at most
-	// Limit permits are held at once.
+	// Limit is the number of permits of each semaphore: across every
+	// process that uses the same Redis and Name, at most Limit permits
+	// are held at once. 0 (only with a Rate) caps no concurrency.
 	Limit int64
+	// Rate, when set, is the rate of each name too (a limiter.RateLimit,
+	// fleet-wide like the semaphore): a request is an event of cost 1,
+	// whatever its Weight. With Limit, both hold: a request takes its
+	// rate slot first, then its permit (see Middleware). Limit or Rate is
+	// required.
+	Rate limiter.Rate
 	// Key, when set, picks the semaphore of a request: one cap of Limit
 	// per key, e.g. per API key or per tenant. A request for which it
 	// returns ok == false is not gated. Without Key, every request shares
@@ -39,40 +46,51 @@ type ServerConfig struct {
 	// request is answered 500 Internal Server Error and the limiter's
 	// *ArgumentError is logged.
 	Weight func(r *http.Request) int64
-	// AcquireTimeout bounds how long a request waits for a permit (woken
-	// by a release, not by polling), and the request's own context bounds
-	// it too: it is the semaphores' limiter.AcquireTimeout. 0 means the
-	// default, 5s (not the limiter's unbounded wait); a negative
-	// AcquireTimeout does not wait at all: a request that finds the
-	// semaphore full is answered at once.
+	// AcquireTimeout bounds how long a request waits for its rate slot
+	// and its permit together (woken by a release, not by polling), and
+	// the request's own context bounds it too: it is the semaphores' and
+	// rate limits' limiter.AcquireTimeout. 0 means the default, 5s (not
+	// the limiter's unbounded wait); a negative AcquireTimeout does not
+	// wait at all: a request that finds the semaphore full, or whose slot
+	// is not now, is answered at once.
 	AcquireTimeout time.Duration
 	// BusyStatus is the status of the answer to a request that got no
-	// permit within AcquireTimeout (default 429 Too Many Requests;
+	// rate slot or permit within AcquireTimeout (default 429 Too Many Requests;
 	// 503 Service Unavailable is the other usual choice). It must be
 	// a 4xx or 5xx status.
 	BusyStatus int
 }
 
-// TransportConfig says what a Transport caps: the semaphore of a request,
-// its limit, how long a request waits, and what sends the requests.
-// Options say the rest.
+// TransportConfig says what a Transport caps: the semaphore and rate
+// limit of a request, its limit and rate, how long a request waits, and
+// what sends the requests. Options say the rest.
 type TransportConfig struct {
-	// Name prefixes the semaphores (required): a request's semaphore is
-	// named Name+":"+key.
+	// Name prefixes the semaphores and rate limits (required): a
+	// request's are named Name+":"+key.
 	Name string
 	// Limit is the number of requests per key in flight at once across
-	// every process that uses the same Redis and Name (required, >= 1).
+	// every process that uses the same Redis and Name. 0 (only with a
+	// Rate) caps no concurrency.
 	Limit int64
-	// Key picks a request's semaphore; a request for which it returns
-	// ok == false is sent without a permit. Default: the request's host
-	// and port (lower-cased, with the scheme's default port filled in),
-	// so every upstream host has its own cap of Limit.
+	// Rate, when set, is the rate of requests per key across every
+	// process (a limiter.RateLimit): "100 per minute, burst 10" is
+	// limiter.Rate{Events: 100, Per: time.Minute, Burst: 10}. With Limit,
+	// both hold: a request takes its rate slot first, then its permit
+	// (see RoundTrip). A Transport with a Rate also pauses the key when
+	// the upstream says so (PauseOnRetryAfter). Limit or Rate is
+	// required.
+	Rate limiter.Rate
+	// Key picks a request's semaphore and rate limit; a request for which
+	// it returns ok == false is sent at once, uncapped. Default: the
+	// request's host and port (lower-cased, with the scheme's default
+	// port filled in), so every upstream host has its own caps.
 	Key func(r *http.Request) (key string, ok bool)
-	// AcquireTimeout bounds how long a request waits for a permit, and
-	// the request's context bounds it too: it is the semaphores'
-	// limiter.AcquireTimeout. 0 means the default, 5s (not the limiter's
-	// unbounded wait); a negative AcquireTimeout does not wait at all:
-	// RoundTrip fails at once when the semaphore is full.
+	// AcquireTimeout bounds how long a request waits for its rate slot
+	// and its permit together, and the request's context bounds it too:
+	// it is the semaphores' and rate limits' limiter.AcquireTimeout. 0
+	// means the default, 5s (not the limiter's unbounded wait); a
+	// negative AcquireTimeout does not wait at all: RoundTrip fails at
+	// once when the semaphore is full or the slot is not now.
 	AcquireTimeout time.Duration
 	// Base sends the requests (default http.DefaultTransport).
 	Base http.RoundTripper
@@ -85,6 +103,8 @@ type Option func(*options)
 type options struct {
 	limiterOpts []limiter.Option
 	logger      *slog.Logger
+	maxPause    time.Duration // 0: no pause
+	pauseSet    bool
 }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
@@ -98,34 +118,57 @@ func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
-// Logger sets where failed releases, Redis failures and refused weights
-// are logged (default slog.Default()). Lost leases are logged by the
+// PauseOnRetryAfter bounds the pause a Transport with a Rate sets when
+// the upstream answers 429 Too Many Requests or 503 Service Unavailable
+// with a Retry-After header (default 5 minutes, at most 24 hours, the
+// limiter's bound on a pause); 0 turns pausing off. See
+// Transport.RoundTrip. Middleware ignores it. A bound outside [0, 24h]
+// makes NewTransport return an *limiter.ArgumentError naming
+// "PauseOnRetryAfter".
+func PauseOnRetryAfter(max time.Duration) Option {
+	return func(o *options) { o.maxPause, o.pauseSet = max, true }
+}
+
+// Logger sets where failed releases, failed pauses, Redis failures and
+// refused weights are logged (default slog.Default()). Lost leases are logged by the
 // limiter (limiter.Logger).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
+// defaultMaxPause is PauseOnRetryAfter's default, and maxPause its
+// bound (the limiter's on a pause).
+const (
+	defaultMaxPause = 5 * time.Minute
+	maxPause        = 24 * time.Hour
+)
+
 // common is what the middleware and the transport share: validated
-// fields, the semaphore options and the semaphore cache.
+// fields, the limiter options and the gate cache.
 type common struct {
 	name           string
-	acquireTimeout time.Duration // < 0: TryAcquire
+	acquireTimeout time.Duration // < 0: no wait
+	maxPause       time.Duration // 0: no pause
 	logger         *slog.Logger
-	sems           *semaphores
+	gates          *gates
 }
 
-// configFields are the config's fields that Client.Semaphore validates,
-// by the names of its arguments.
-var configFields = map[string]string{"name": "Name", "limit": "Limit"}
+// caps are the configs' fields that newCommon validates.
+type caps struct {
+	name           string
+	limit          int64
+	rate           limiter.Rate
+	acquireTimeout time.Duration
+}
 
-// newCommon validates what both configs have and makes the semaphore
-// cache. A probe semaphore (Client.Semaphore sends nothing to Redis)
-// reports a bad name, limit or limiter option, or a closed client, now
-// rather than on the first request; a bad Name or Limit as a
+// newCommon validates what both configs have and makes the gate cache.
+// Probes (Client.Semaphore and Client.RateLimit send nothing to Redis)
+// report a bad name, limit, rate or limiter option, or a closed client,
+// now rather than on the first request; a bad Name, Limit or Rate as a
 // *limiter.ArgumentError naming the config's field.
-func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout time.Duration, opts []Option) (common, error) {
+func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 	if client == nil {
 		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
 	}
-	var o options
+	o := options{maxPause: defaultMaxPause}
 	for _, fn := range opts {
 		if fn != nil {
 			fn(&o)
@@ -134,19 +177,63 @@ func newCommon(client *limiter.Client, name string, limit int64, acquireTimeout 
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	if acquireTimeout == 0 {
-		acquireTimeout = defaultAcquireTimeout
+	if o.maxPause < 0 || o.maxPause > maxPause {
+		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "PauseOnRetryAfter", Value: o.maxPause,
+			Reason: "must be between 0 (no pause) and " + maxPause.String()})
+	}
+	if c.acquireTimeout == 0 {
+		c.acquireTimeout = defaultAcquireTimeout
+	}
+	g, err := newCheckedGates(client, c, o.limiterOpts)
+	if err != nil {
+		return common{}, fmt.Errorf("httplimit: %w", configError(err))
+	}
+	return common{name: c.name, acquireTimeout: c.acquireTimeout, maxPause: o.maxPause, logger: o.logger, gates: g}, nil
+}
+
+// newCheckedGates makes the gate cache once a probe of each part of a
+// gate was made without error.
+func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.Option) (*gates, error) {
+	hasRate := c.rate != (limiter.Rate{})
+	if c.limit < 0 || (c.limit == 0 && !hasRate) {
+		return nil, &limiter.ArgumentError{Arg: "limit", Value: c.limit, Reason: "must be >= 1, or 0 with a Rate"}
 	}
 	// AcquireTimeout alone (with the request's context) bounds the wait.
-	semOpts := append(slices.Clone(o.limiterOpts), limiter.AcquireTimeout(max(acquireTimeout, 0)))
-	if _, err := client.Semaphore(name, limit, semOpts...); err != nil {
-		var ae *limiter.ArgumentError
-		if errors.As(err, &ae) {
-			if field, ok := configFields[ae.Arg]; ok {
-				err = &limiter.ArgumentError{Arg: field, Value: ae.Value, Reason: ae.Reason}
-			}
+	semOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, 0)))
+	// A rate limit's AcquireTimeout of 0 would not bound its wait: 1ns
+	// lets through only a slot that is now.
+	rateOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, time.Nanosecond)))
+	if hasRate {
+		if _, err := client.RateLimit(c.name, c.rate, rateOpts...); err != nil {
+			return nil, err
 		}
-		return common{}, fmt.Errorf("httplimit: %w", err)
 	}
-	return common{name: name, acquireTimeout: acquireTimeout, logger: o.logger, sems: newSemaphores(client, limit, semOpts)}, nil
+	if c.limit > 0 {
+		if _, err := client.Semaphore(c.name, c.limit, semOpts...); err != nil {
+			return nil, err
+		}
+	}
+	return newGates(client, c.limit, c.rate, semOpts, rateOpts), nil
 }
+
+// configError renames the limiter's argument in a *limiter.ArgumentError
+// to the config's field ("rate.Burst" is "Rate.Burst").
+func configError(err error) error {
+	var ae *limiter.ArgumentError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	arg, rest, _ := strings.Cut(ae.Arg, ".")
+	field, ok := configFields[arg]
+	if !ok {
+		return err
+	}
+	if rest != "" {
+		field += "." + rest
+	}
+	return &limiter.ArgumentError{Arg: field, Value: ae.Value, Reason: ae.Reason}
+}
+
+// configFields are the config's fields that the limiter validates, by
+// the names of its arguments.
+var configFields = map[string]string{"name": "Name", "limit": "Limit", "rate": "Rate"}

@@ -1,6 +1,7 @@
-// Package httplimit caps concurrent HTTP requests across every process
-// that shares a Redis, with semaphores from package limiter: incoming
-// requests with a middleware, outgoing ones with an http.RoundTripper.
+// Package httplimit caps concurrent HTTP requests, and their rate, across
+// every process that shares a Redis, with semaphores and rate limits from
+// package limiter: incoming requests with a middleware, outgoing ones
+// with an http.RoundTripper.
 //
 //	lc, err := limiter.New(rdb) // one per process; Close it after the server shut down
 //	defer lc.Close(ctx)
@@ -15,6 +16,11 @@
 //	// Client: at most 4 requests in flight per upstream host.
 //	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "outbound", Limit: 4})
 //	hc := &http.Client{Transport: rt}
+//
+//	// Client: and at most 100 per minute (bursts of 10); a 429 or 503
+//	// with Retry-After pauses the host for every process.
+//	rt, err = httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "api", Limit: 4,
+//		Rate: limiter.Rate{Events: 100, Per: time.Minute, Burst: 10}})
 //
 // # Middleware
 //
@@ -38,11 +44,27 @@
 // the next Read of the body, returns an error matching
 // limiter.ErrLeaseLost (see Transport.RoundTrip for why).
 //
+// # Rates
+//
+// A config's Rate adds a fleet-wide rate limit (limiter.RateLimit, GCRA:
+// one Redis call per request, callers served in order, no polling) beside
+// the semaphore's cap, or instead of it (Limit 0). Both always hold. A
+// request takes its rate slot first and sleeps until it, then waits for
+// its permit, so that no permit idles in the hands of a request that is
+// only sleeping; AcquireTimeout bounds both waits together, and a slot
+// further off is not taken (the request fails at once, or is answered
+// 429 with the wait as Retry-After). A slot once taken counts, also when
+// no permit follows: the rate is never exceeded. A Transport with a Rate
+// pauses the name (limiter.Inspector.Pause) when the upstream answers 429
+// or 503 with Retry-After, for as long as it asks, at most 5 minutes
+// (PauseOnRetryAfter sets the bound, or turns it off), so that no process
+// sends before the upstream said to.
+//
 // # Semaphores
 //
-// A semaphore is named by the config's Name, plus ":"+key when a Key
-// picks one per request. Each middleware or transport caches the
-// semaphores it used recently, so request-derived keys do not grow
+// A semaphore (and rate limit) is named by the config's Name, plus
+// ":"+key when a Key picks one per request. Each middleware or transport
+// caches the semaphores and rate limits it used recently, so request-derived keys do not grow
 // memory without bound: one unused for a minute is dropped, and at most
 // 10,000 are cached (past that, a new key's semaphore is used uncached).
 // Dropping one costs nothing in Redis and does not touch the cap, which
@@ -53,11 +75,11 @@
 //
 // # Configuration
 //
-// A ServerConfig or TransportConfig says what is capped (the semaphore's
-// name and limit, the key, the wait); Options (LimiterOptions, Logger)
-// say how, as for asynqmw and scheduler. Invalid configs and options are
+// A ServerConfig or TransportConfig says what is capped (the name, the
+// limit and the rate, the key, the wait); Options (LimiterOptions,
+// Logger, PauseOnRetryAfter) say how, as for asynqmw and scheduler. Invalid configs and options are
 // reported when the middleware or transport is made, as a
 // *limiter.ArgumentError naming the field or option. AcquireTimeout is
 // the limiter's bound under its name: the config sets it on every
-// semaphore.
+// semaphore and rate limit.
 package httplimit

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -130,4 +131,70 @@ func ExampleNewTransport() {
 	// Output:
 	// third: true true
 	// first: pong fourth: 200
+}
+
+// At most 10 requests per second (bursts of 5) and 4 in flight to an
+// API, across every process. When the API answers 429 with Retry-After,
+// the Transport pauses the name for every process: later requests wait
+// until the pause ends (or fail at once, when they cannot wait that
+// long), and the 429 itself reaches the caller unchanged.
+func ExampleNewTransport_rate() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer lc.Close(context.Background())
+
+	var calls atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1") // seconds, or an HTTP date
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer api.Close()
+
+	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{
+		Name:           "example:billing",
+		Limit:          4,
+		Rate:           limiter.Rate{Events: 10, Per: time.Second, Burst: 5},
+		AcquireTimeout: 3 * time.Second, // the rate slot and the permit together
+		Key:            func(*http.Request) (string, bool) { return "api", true },
+	}, httplimit.PauseOnRetryAfter(time.Minute)) // never pause longer than a minute (default 5)
+	if err != nil {
+		panic(err)
+	}
+	hc := &http.Client{Transport: rt}
+	defer hc.CloseIdleConnections()
+
+	first, _ := hc.Get(api.URL)
+	first.Body.Close()
+	fmt.Println("first:", first.StatusCode, "Retry-After", first.Header.Get("Retry-After"))
+	st, _ := lc.Inspector().Rate(context.Background(), "example:billing:api")
+	fmt.Println("paused for every process:", st.Paused > 0)
+
+	// A caller that cannot wait out the pause fails at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api.URL, nil)
+	_, err = hc.Do(req)
+	var busy *limiter.BusyError
+	fmt.Println("in a hurry:", errors.As(err, &busy) && busy.Paused)
+
+	start := time.Now()
+	second, err := hc.Get(api.URL) // sleeps until the pause ends
+	if err != nil {
+		panic(err)
+	}
+	second.Body.Close()
+	fmt.Println("second:", second.StatusCode, "after the pause:", time.Since(start) > 500*time.Millisecond)
+	// Output:
+	// first: 429 Retry-After 1
+	// paused for every process: true
+	// in a hurry: true
+	// second: 200 after the pause: true
 }

@@ -9,12 +9,12 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// The semaphore cache reuses an entry while it is used and drops entries
-// idle for longer than its idle time, so request-derived keys do not grow
-// it without bound.
-func TestSemaphoreCacheEvictsIdle(t *testing.T) {
+// The gate cache reuses an entry (its semaphore and rate limit) while it
+// is used and drops entries idle for longer than its idle time, so
+// request-derived keys do not grow it without bound.
+func TestGateCacheEvictsIdle(t *testing.T) {
 	lc := redistest.Limiter(t, redistest.StartServer(t).Client(t))
-	s := newSemaphores(lc, 2, nil)
+	s := newGates(lc, 2, limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, nil, nil)
 	s.idle = 100 * time.Millisecond
 	a, err := s.get("a")
 	if err != nil {
@@ -23,8 +23,11 @@ func TestSemaphoreCacheEvictsIdle(t *testing.T) {
 	if _, err := s.get("b"); err != nil {
 		t.Fatal(err)
 	}
+	if a.sem == nil || a.rl == nil {
+		t.Fatalf("gate %+v, want a semaphore and a rate limit", a)
+	}
 	if again, _ := s.get("a"); again != a {
-		t.Fatal("a cached semaphore was made again")
+		t.Fatal("a cached gate was made again")
 	}
 	if n := s.len(); n != 2 {
 		t.Fatalf("%d cached, want 2", n)
@@ -39,7 +42,7 @@ func TestSemaphoreCacheEvictsIdle(t *testing.T) {
 		t.Fatalf("%d cached after b went idle, want 2 (a and c)", n)
 	}
 	if again, _ := s.get("a"); again != a {
-		t.Fatal("a semaphore in use was evicted")
+		t.Fatal("a gate in use was evicted")
 	}
 	if err := lc.Close(t.Context()); err != nil {
 		t.Fatal(err)
@@ -49,14 +52,14 @@ func TestSemaphoreCacheEvictsIdle(t *testing.T) {
 	}
 }
 
-// A full cache hands out semaphores without caching them.
-func TestSemaphoreCacheIsCapped(t *testing.T) {
+// A full cache hands out gates without caching them.
+func TestGateCacheIsCapped(t *testing.T) {
 	lc := redistest.Limiter(t, redistest.StartServer(t).Client(t))
-	s := newSemaphores(lc, 1, nil)
+	s := newGates(lc, 1, limiter.Rate{}, nil, nil)
 	s.max = 2
 	for _, name := range []string{"a", "b", "c", "d"} {
-		if sem, err := s.get(name); err != nil || sem.Name() != name {
-			t.Fatalf("get(%s): %v, %v", name, sem, err)
+		if g, err := s.get(name); err != nil || g.sem.Name() != name || g.rl != nil {
+			t.Fatalf("get(%s): %+v, %v", name, g, err)
 		}
 	}
 	if n := s.len(); n != 2 {
@@ -64,7 +67,7 @@ func TestSemaphoreCacheIsCapped(t *testing.T) {
 	}
 	a, _ := s.get("a")
 	if again, _ := s.get("a"); again != a {
-		t.Fatal("a cached semaphore was made again")
+		t.Fatal("a cached gate was made again")
 	}
 }
 
@@ -94,6 +97,28 @@ func TestRetryAfter(t *testing.T) {
 	} {
 		if got := retryAfter(d); got != want {
 			t.Errorf("retryAfter(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	for h, want := range map[string]time.Duration{
+		"2":                             2 * time.Second,
+		"0":                             0, // over already: no pause
+		"Fri, 27 Nov 2026 09:00:30 GMT": 30 * time.Second,
+		"Fri, 27 Nov 2026 08:59:00 GMT": 0, // past
+		"99999999999999999999":          0, // not a uint63: malformed
+		"999999999999":                  maxPause + time.Second,
+		"":                              0,
+		"soon":                          0,
+		"-5":                            0,
+		"+5":                            0,
+		"1.5":                           0,
+	} {
+		d, ok := parseRetryAfter(h, now)
+		if d != want && ok || ok != (want > 0) {
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v", h, d, ok, want)
 		}
 	}
 }

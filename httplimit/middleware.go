@@ -12,44 +12,61 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// Middleware returns a middleware that runs a handler only while the
-// request holds a permit of a semaphore of client (see ServerConfig for
-// which one, and how many permits). Bad arguments give an error wrapping
-// a *limiter.ArgumentError (errors.Is(err, limiter.ErrInvalidArgument))
-// naming "client" when it is nil, the config's field (Name, Limit,
-// BusyStatus), or the limiter's option for a bad LimiterOptions value; a
-// closed client gives limiter.ErrClosed. Nothing is sent to Redis until a
-// request comes.
+// Middleware returns a middleware that runs a handler only once the
+// request had its slot of a rate limit and while it holds a permit of a
+// semaphore of client (see ServerConfig for which ones, the rate and how
+// many permits). Bad arguments give an error wrapping a
+// *limiter.ArgumentError (errors.Is(err, limiter.ErrInvalidArgument))
+// naming "client" when it is nil, the config's field (Name, Limit, Rate
+// or one of its fields, BusyStatus), PauseOnRetryAfter, or the limiter's
+// option for a bad LimiterOptions value; a closed client gives
+// limiter.ErrClosed, and a Rate on a Redlock client
+// limiter.ErrRatesUnsupported. Nothing is sent to Redis until a request
+// comes.
+//
+// With a Rate, a request first reserves its slot (an event of cost 1)
+// and sleeps until it, then waits for its permit, so that no permit is
+// held by a request that is only sleeping; both come out of the one
+// AcquireTimeout. A slot reserved counts, also when the permit is then
+// not had (the rate is never exceeded). A slot further off than
+// AcquireTimeout allows (or than the request's deadline) is not taken:
+// the request is answered BusyStatus with a Retry-After of that wait, as
+// below. A paused name (limiter.Inspector.Pause) gives no slot before the
+// pause ends.
 //
 // A request waits for its permit up to AcquireTimeout (or not at all when
 // AcquireTimeout is negative). If none frees in time, it is answered
 // BusyStatus (429 by default) with a Retry-After header: the seconds
-// until the earliest lease of the semaphore expires (limiter.BusyError's
-// RetryIn, rounded up, at least 1), and the handler does not run. A
-// request whose own context ends while it waits (the client went away),
-// a Redis failure and a closed client are answered 503 Service
-// Unavailable without Retry-After (the latter two logged); the permit
-// is never granted without Redis saying so. A weight the semaphore
-// refuses (see ServerConfig.Weight) is answered 500 Internal Server
-// Error and logged; the handler does not run.
+// until the earliest lease of the semaphore expires, or until the rate
+// slot (limiter.BusyError's RetryIn, rounded up, at least 1), and the
+// handler does not run. A request whose own context ends while it waits
+// (the client went away; a slot it sleeps for is given back where
+// limiter.Reservation.Cancel can), a Redis failure and a closed client
+// are answered 503 Service Unavailable without Retry-After (the latter
+// two logged); no slot and no permit is ever granted without Redis
+// saying so. A weight the semaphore refuses (see ServerConfig.Weight) is
+// answered 500 Internal Server Error and logged; the handler does not
+// run.
 //
 // The handler runs under the lease (limiter.Lease.Run), and
 // limiter.LeaseFrom(r.Context()) gives it the lease, e.g. for its
-// fencing token. The lease is kept alive while the handler runs. If it
-// is lost, the request's context is cancelled with cause
-// limiter.ErrLeaseLost (the limiter logs the loss); what the handler
-// wrote stays written. When the handler returns or panics, the permits
-// are released, detached from the request's context and bounded by the
-// limiter's ReleaseTimeout; a panic goes on after the release, to
-// net/http or an outer recovering middleware. A failed release is logged
-// and the permits come back at the lease's TTL.
+// fencing token (with a Rate and no Limit there is no lease). The lease
+// is kept alive while the handler runs. If it is lost, the request's
+// context is cancelled with cause limiter.ErrLeaseLost (the limiter logs
+// the loss); what the handler wrote stays written. When the handler
+// returns or panics, the permits are released, detached from the
+// request's context and bounded by the limiter's ReleaseTimeout; a panic
+// goes on after the release, to net/http or an outer recovering
+// middleware. A failed release is logged and the permits come back at
+// the lease's TTL.
 //
 // Close client only after the http.Server has shut down: its Close ends
-// the waits in progress (answered 503) and releases the leases of
+// the waits for a permit in progress (answered 503; a rate sleep ends at
+// its slot, then finds the Client closed) and releases the leases of
 // handlers still running, cancelling their contexts with cause
 // limiter.ErrNotHeld.
 func Middleware(client *limiter.Client, cfg ServerConfig, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, opts)
+	c, err := newCommon(client, caps{cfg.Name, cfg.Limit, cfg.Rate, cfg.AcquireTimeout}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -86,12 +103,12 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 		if m.weight != nil {
 			weight = m.weight(r)
 		}
-		sem, err := m.sems.get(name)
+		g, err := m.gates.get(name)
 		if err != nil {
 			m.unavailable(w, r, name, err)
 			return
 		}
-		lease, err := m.acquire(r.Context(), sem, limiter.Weight(weight))
+		lease, err := m.pass(r.Context(), name, g, limiter.Weight(weight))
 		if err != nil {
 			var busy *limiter.BusyError
 			switch {
@@ -107,6 +124,10 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 			default:
 				m.unavailable(w, r, name, err)
 			}
+			return
+		}
+		if lease == nil { // a rate alone: nothing to hold
+			next.ServeHTTP(w, r)
 			return
 		}
 		m.run(w, r, next, lease, name)
@@ -136,15 +157,6 @@ func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, name st
 		m.logger.Warn("httplimit: no permit", "semaphore", name, "err", err)
 	}
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
-}
-
-// acquire waits up to AcquireTimeout (set as the semaphore's), or not at
-// all when it is negative.
-func (c *common) acquire(ctx context.Context, sem *limiter.Semaphore, opts ...limiter.AcquireOption) (*limiter.Lease, error) {
-	if c.acquireTimeout < 0 {
-		return sem.TryAcquire(ctx, opts...)
-	}
-	return sem.Acquire(ctx, opts...)
 }
 
 // retryAfter is d in whole seconds, rounded up, at least 1: Retry-After

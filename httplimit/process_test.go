@@ -24,7 +24,7 @@ import (
 // the HTTPLIMIT_PROC-th); the runnable Examples find their server in
 // REDIS_ADDR.
 func TestMain(m *testing.M) {
-	redistest.Main(m, map[string]func() int{"client": runChild})
+	redistest.Main(m, map[string]func() int{"client": runChild, "rate-client": runRateChild})
 }
 
 const childWorkers, childRounds = 8, 12
@@ -135,4 +135,64 @@ func TestTransportCapAcrossProcesses(t *testing.T) {
 		t.Fatal("the processes' requests never overlapped: the test proves nothing")
 	}
 	t.Logf("%d requests from %d processes, peak %d of %d", c.Total(), procs, c.Peak(), limit)
+}
+
+// runRateChild sends one request through a Transport with a rate, of a
+// limiter Client of its own, waiting up to 10s for its slot.
+func runRateChild() int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("HTTPLIMIT_REDIS")})
+	defer rdb.Close()
+	lc, err := limiter.New(rdb, limiter.RestartQuarantine(0))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer lc.Close(context.Background())
+	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "paused", Rate: rate100, AcquireTimeout: 10 * time.Second})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	hc := &http.Client{Transport: rt}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(os.Getenv("HTTPLIMIT_URL"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	resp.Body.Close()
+	return 0
+}
+
+// A 429 with Retry-After: 2 through one process's Transport pauses the
+// upstream's name for another process: its request, sent right after,
+// reaches the upstream only when the pause ends, though its rate alone
+// would let it through at once.
+func TestTransportPauseAcrossProcesses(t *testing.T) {
+	e := newEnv(t)
+	arrived := make(chan time.Time, 1)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/limited" {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		arrived <- time.Now()
+	})
+	rt := transport(t, e.lc, httplimit.TransportConfig{Name: "paused", Rate: rate100})
+	resp, err := httpClient(t, rt).Get(up.URL + "/limited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	told := time.Now()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), redistest.ChildEnv+"=rate-client", "HTTPLIMIT_REDIS="+e.srv.Addr(), "HTTPLIMIT_URL="+up.URL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	at := <-arrived
+	if d := at.Sub(told); d < 1900*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("the other process's request arrived %v after the 429, want about 2s (the Retry-After)", d)
+	}
 }

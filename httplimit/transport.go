@@ -14,36 +14,40 @@ import (
 )
 
 // Transport is an http.RoundTripper that caps how many requests are in
-// flight at once, per key (by default per upstream host), across every
-// process that uses the same Redis and TransportConfig.Name. A request is
-// in flight from RoundTrip until its response body is read to the end
-// (io.EOF), fails, or is closed, so a streamed body keeps its permit
-// while it streams. Make it with NewTransport (the zero value is not
-// usable); it is safe for concurrent use.
+// flight at once, and how many are sent per unit of time, per key (by
+// default per upstream host), across every process that uses the same
+// Redis and TransportConfig.Name. A request is in flight from RoundTrip
+// until its response body is read to the end (io.EOF), fails, or is
+// closed, so a streamed body keeps its permit while it streams. Make it
+// with NewTransport (the zero value is not usable); it is safe for
+// concurrent use.
 type Transport struct {
 	common
-	key  func(*http.Request) (string, bool)
-	base http.RoundTripper
+	key       func(*http.Request) (string, bool)
+	base      http.RoundTripper
+	inspector *limiter.Inspector
 }
 
 // NewTransport returns a Transport that sends requests with cfg.Base once
-// they hold a permit of a semaphore of client. Bad arguments give an
-// error wrapping a *limiter.ArgumentError (errors.Is(err,
-// limiter.ErrInvalidArgument)) naming "client" when it is nil, the
-// config's field (Name, Limit), or the limiter's option for a bad
-// LimiterOptions value; a closed client gives limiter.ErrClosed. Nothing
-// is sent to Redis until a request is.
+// they had their slot of a rate limit and hold a permit of a semaphore of
+// client. Bad arguments give an error wrapping a *limiter.ArgumentError
+// (errors.Is(err, limiter.ErrInvalidArgument)) naming "client" when it is
+// nil, the config's field (Name, Limit, Rate or one of its fields, e.g.
+// "Rate.Burst"), PauseOnRetryAfter, or the limiter's option for a bad
+// LimiterOptions value; a closed client gives limiter.ErrClosed, and a
+// Rate on a Redlock client limiter.ErrRatesUnsupported. Nothing is sent
+// to Redis until a request is.
 //
 // Close client only after the Transport's last response body was closed:
 // its Close ends the waits in progress (RoundTrip fails with
 // limiter.ErrClosed) and releases the permits of responses still being
 // read, without cutting their bodies off.
 func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (*Transport, error) {
-	c, err := newCommon(client, cfg.Name, cfg.Limit, cfg.AcquireTimeout, opts)
+	c, err := newCommon(client, caps{cfg.Name, cfg.Limit, cfg.Rate, cfg.AcquireTimeout}, opts)
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{common: c, key: cfg.Key, base: cfg.Base}
+	t := &Transport{common: c, key: cfg.Key, base: cfg.Base, inspector: client.Inspector()}
 	if t.key == nil {
 		t.key = hostKey
 	}
@@ -53,16 +57,42 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 	return t, nil
 }
 
-// RoundTrip waits for a permit of the request's semaphore, then sends the
-// request with the base transport. A request its Key declines is sent at
-// once, uncapped.
+// RoundTrip waits for the request's rate slot, then for a permit of its
+// semaphore, then sends the request with the base transport. A request
+// its Key declines is sent at once, uncapped.
+//
+// The slot comes first so that no permit is held while a request sleeps
+// until its slot: the permits go to requests that can be sent. Its event
+// counts from then on, also when the permit is then not had (the rate is
+// never exceeded; the slot goes unused). Both waits come out of the one
+// AcquireTimeout. A slot further off than what is left of it (or past the
+// request's deadline) is not taken: RoundTrip fails at once with an error
+// wrapping the rate's *limiter.BusyError (Rate set; Paused when the key
+// is paused; RetryIn how long the wait would have been).
 //
 // The wait ends with the request's context (RoundTrip returns an error
-// wrapping its cause), after AcquireTimeout (an error wrapping a
-// *limiter.BusyError, which matches limiter.ErrBusy and, after a wait,
-// limiter.ErrTimeout), or when the limiter Client closes
-// (limiter.ErrClosed); a Redis failure is returned wrapped. In each case
-// nothing is held, the request's body is closed and nothing is sent.
+// wrapping its cause; a slot being slept for is given back where
+// limiter.Reservation.Cancel can), after AcquireTimeout (an error
+// wrapping a *limiter.BusyError, which matches limiter.ErrBusy and, after
+// a wait, limiter.ErrTimeout), or when the limiter Client closes
+// (limiter.ErrClosed; a rate sleep in progress ends at its slot, not at
+// Close); a Redis failure is returned wrapped, whether reserving the slot
+// or acquiring the permit (a failed reservation may have been counted).
+// In each case nothing is held, the request's body is closed and nothing
+// is sent: a Transport never sends a request Redis did not let through.
+//
+// With a Rate, a response 429 Too Many Requests or 503 Service
+// Unavailable with a Retry-After header (seconds, or an HTTP date)
+// pauses the key for every process (limiter.Inspector.Pause) for as long
+// as it asks, at most PauseOnRetryAfter's bound (5 minutes by default):
+// later requests get slots after the pause, paced by the rate from there,
+// and a request whose wait would outlast AcquireTimeout fails at once as
+// above. A pause already longer stays. No Retry-After, a malformed one or
+// one already past pauses nothing. The Pause call (one round trip before
+// RoundTrip returns) is detached from the request's cancellation and
+// bounded by 2s; a Redis failure there is logged. The response is
+// returned to the caller unchanged in every case. Without a Rate nothing
+// is paused: a semaphore does not read pauses.
 //
 // The permit is released once: when the base transport fails, or when
 // the response body is read to io.EOF, fails, or is closed, whichever
@@ -91,16 +121,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	name := t.name + ":" + key
-	sem, err := t.sems.get(name)
+	g, err := t.gates.get(name)
 	var lease *limiter.Lease
 	if err == nil {
-		lease, err = t.acquire(req.Context(), sem)
+		lease, err = t.pass(req.Context(), name, g)
 	}
 	if err != nil {
 		if req.Body != nil { // RoundTrip must close it, also on errors
 			_ = req.Body.Close()
 		}
 		return nil, fmt.Errorf("httplimit: %s: %w", name, err)
+	}
+	if lease == nil { // a rate alone: nothing is held while it is in flight
+		resp, err := t.base.RoundTrip(req)
+		if err == nil {
+			t.pauseOn(req, name, resp)
+		}
+		return resp, err
 	}
 
 	// The request runs with a context cancelled when the lease is lost,
@@ -120,6 +157,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	t.pauseOn(req, name, resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
 		h.finish()
 		return resp, nil

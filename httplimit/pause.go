@@ -1,0 +1,57 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// pauseTimeout bounds the Pause call after a 429 or 503: the response is
+// already here, and an unreachable Redis must not hold it back for long.
+const pauseTimeout = 2 * time.Second
+
+// pauseOn pauses name, for every process, as long as resp's Retry-After
+// asks (at most maxPause) when resp is a 429 or a 503 that has one. The
+// upstream said when to come back: sending before then would only earn
+// more 429s, from every process. The Pause call is detached from the
+// request's cancellation (the caller going away does not make the
+// upstream want requests sooner) and bounded by pauseTimeout; a failure
+// is logged, and resp goes back to the caller unchanged either way.
+func (t *Transport) pauseOn(req *http.Request, name string, resp *http.Response) {
+	// Without a Rate nothing here reads a pause: a semaphore grants
+	// regardless.
+	if t.maxPause == 0 || t.gates.rate == (limiter.Rate{}) ||
+		(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		return
+	}
+	d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	if !ok {
+		return
+	}
+	d = min(d, t.maxPause)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
+	defer cancel()
+	if _, err := t.inspector.Pause(ctx, name, d); err != nil {
+		t.logger.Warn("httplimit: pause after the upstream's Retry-After failed", "name", name,
+			"status", resp.StatusCode, "pause", d, "err", err)
+	}
+}
+
+// parseRetryAfter reads a Retry-After header, delay-seconds or an
+// HTTP-date (RFC 9110, 10.2.3), as the wait from now. ok is false for an
+// empty or malformed header, and for a wait that is already over: then
+// nothing is paused.
+func parseRetryAfter(h string, now time.Time) (d time.Duration, ok bool) {
+	if secs, err := strconv.ParseUint(h, 10, 63); err == nil {
+		// Beyond any bound: saturate rather than overflow.
+		d = time.Duration(min(secs, uint64(maxPause/time.Second)+1)) * time.Second
+	} else if at, err := http.ParseTime(h); err == nil {
+		d = at.Sub(now)
+	} else {
+		return 0, false
+	}
+	return d, d > 0
+}

@@ -1,0 +1,126 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/httplimit"
+	"github.com/redsem/redsem/limiter"
+)
+
+// rate100 paces nothing in these tests: only a pause holds requests back.
+var rate100 = limiter.Rate{Events: 100, Per: time.Second, Burst: 10}
+
+// answering is an upstream that answers ?status= (default 200) with
+// ?ra= as its Retry-After, and a body.
+func answering(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if ra := q.Get("ra"); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
+	status := http.StatusOK
+	if s := q.Get("status"); s != "" {
+		status, _ = strconv.Atoi(s)
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, "upstream's body")
+}
+
+// pathKey names a request's gate by its path, so that each case of a
+// test has its own.
+func pathKey(r *http.Request) (string, bool) { return r.URL.Path, true }
+
+func paused(t *testing.T, c *limiter.Client, name string) time.Duration {
+	t.Helper()
+	st, err := c.Inspector().Rate(ctxT(t, 5*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Paused
+}
+
+func httpDate(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
+
+// A 429 or 503 with a Retry-After pauses the name for as long as it says,
+// at most the bound; the response reaches the caller unchanged. Anything
+// else pauses nothing.
+func TestTransportPausesOnRetryAfter(t *testing.T) {
+	e := newEnv(t)
+	up := upstream(t, answering)
+	observer := e.other(t)
+	for _, tc := range []struct {
+		name     string
+		status   int
+		ra       string
+		noRate   bool
+		opts     []httplimit.Option
+		min, max time.Duration // of the pause; 0, 0: none
+	}{
+		{name: "seconds", status: 429, ra: "2", min: 1500 * time.Millisecond, max: 2 * time.Second},
+		{name: "date", status: 429, ra: httpDate(3 * time.Second), min: time.Second, max: 3 * time.Second}, // whole seconds
+		{name: "503", status: 503, ra: "2", min: 1500 * time.Millisecond, max: 2 * time.Second},
+		{name: "bound", status: 429, ra: "120", opts: []httplimit.Option{httplimit.PauseOnRetryAfter(time.Second)},
+			min: 500 * time.Millisecond, max: time.Second},
+		{name: "default-bound", status: 429, ra: "86400", min: 4 * time.Minute, max: 5 * time.Minute},
+		{name: "off", status: 429, ra: "2", opts: []httplimit.Option{httplimit.PauseOnRetryAfter(0)}},
+		{name: "no-rate", status: 429, ra: "2", noRate: true},
+		{name: "500", status: 500, ra: "2"},
+		{name: "no-header", status: 429},
+		{name: "malformed", status: 429, ra: "soon"},
+		{name: "negative", status: 429, ra: "-5"},
+		{name: "fraction", status: 429, ra: "1.5"},
+		{name: "past-date", status: 429, ra: httpDate(-time.Minute)},
+	} {
+		cfg := httplimit.TransportConfig{Name: "pause", Rate: rate100, Key: pathKey, AcquireTimeout: -1}
+		if tc.noRate {
+			cfg.Rate, cfg.Limit = limiter.Rate{}, 1
+		}
+		var logs bytes.Buffer
+		opts := append(tc.opts, httplimit.Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+		hc := httpClient(t, transport(t, e.lc, cfg, opts...))
+		req, _ := http.NewRequest(http.MethodGet, up.URL+"/"+tc.name+"?status="+strconv.Itoa(tc.status)+"&ra="+strings.ReplaceAll(tc.ra, " ", "+"), nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "upstream's body" || resp.StatusCode != tc.status || resp.Header.Get("Retry-After") != tc.ra {
+			t.Fatalf("%s: the caller got %d, Retry-After %q, body %q, %v: not the upstream's answer",
+				tc.name, resp.StatusCode, resp.Header.Get("Retry-After"), body, err)
+		}
+		if p := paused(t, observer, "pause:/"+tc.name); p < tc.min || p > tc.max {
+			t.Errorf("%s: paused for %v, want %v..%v", tc.name, p, tc.min, tc.max)
+		}
+		if logs.Len() > 0 { // a Pause that Redis refused, say of 0s
+			t.Errorf("%s: logged %s", tc.name, logs.String())
+		}
+	}
+}
+
+// The pause holds back every Client's requests, not only the one that
+// got the 429: another Client's Transport that does not wait fails at
+// once with the rate's BusyError, Paused.
+func TestTransportPauseHoldsOtherClients(t *testing.T) {
+	e := newEnv(t)
+	up := upstream(t, answering)
+	cfg := httplimit.TransportConfig{Name: "held", Rate: rate100, Limit: 5}
+	resp, err := httpClient(t, transport(t, e.lc, cfg)).Get(up.URL + "/?status=429&ra=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cfg.AcquireTimeout = -1
+	err = getErr(httpClient(t, transport(t, e.other(t), cfg)), up.URL)
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) || !busy.Rate || !busy.Paused || busy.RetryIn < time.Second || busy.RetryIn > 2*time.Second {
+		t.Fatalf("another Client during the pause: %v (%+v), want a paused rate's BusyError, RetryIn 1..2s", err, busy)
+	}
+}
