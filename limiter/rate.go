@@ -65,6 +65,11 @@ func ParseRate(s string) (Rate, error) {
 	return r, r.check("rate")
 }
 
+// Validate returns an *ArgumentError naming the field of r that is out
+// of range ("rate.Events", "rate.Per", "rate.Burst", or "rate" when one
+// event would take less than a microsecond), or nil.
+func (r Rate) Validate() error { return r.check("rate") }
+
 // check returns an *ArgumentError naming arg when r is out of range.
 func (r Rate) check(arg string) error {
 	switch {
@@ -107,7 +112,9 @@ type RateLimit struct {
 // wait (Wait's, and Reserve's); RestartQuarantine (on by default) makes a
 // Redis that started less than a burst's refill ago, and has no state for
 // the name, give no burst until then: it may have forgotten events made
-// before its restart. A bad name, rate or option gives an *ArgumentError;
+// before its restart (a server that does not tell its uptime, such as
+// miniredis, is taken as never restarted). A Redis that may evict keys is
+// refused as for a Semaphore (AllowEviction). A bad name, rate or option gives an *ArgumentError;
 // a Redlock Client gives ErrRatesUnsupported; after Close, ErrClosed.
 func (c *Client) RateLimit(name string, r Rate, opts ...Option) (*RateLimit, error) {
 	if name == "" {
@@ -171,7 +178,7 @@ func (rl *RateLimit) WaitN(ctx context.Context, n int64) error {
 	if err != nil {
 		return err
 	}
-	return r.wait(ctx)
+	return r.Wait(ctx)
 }
 
 // ReserveN reserves the time of an event of cost n, bounded as WaitN,
@@ -213,6 +220,11 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 		return store.ReserveReply{}, argError("n", n, fmt.Sprintf("must be between 1 and the burst (%d)", rl.rate.Burst))
 	}
 	if err := rl.c.closedErr(); err != nil {
+		return store.ReserveReply{}, err
+	}
+	// An evicted rate forgets its events: the next caller would get a
+	// whole burst.
+	if err := rl.c.checkEviction(ctx); err != nil {
 		return store.ReserveReply{}, err
 	}
 	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0}
@@ -267,9 +279,10 @@ func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// wait sleeps until the reservation's time; when ctx ends first it
-// cancels the reservation and returns ctx's error.
-func (r *Reservation) wait(ctx context.Context) error {
+// Wait sleeps until the reservation's time. When ctx ends first it gives
+// the reservation back where it can (Cancel) and returns ctx's error
+// wrapped; when the Client closes first, the same with ErrClosed.
+func (r *Reservation) Wait(ctx context.Context) error {
 	d := r.Delay()
 	if d == 0 {
 		return nil
