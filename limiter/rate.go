@@ -279,6 +279,33 @@ func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
+// Lateness is how long after its reservation's time an event may start
+// and still be that reservation's (Renew): in any window of length w a
+// name's events then start at most Burst + Events*(w + Lateness)/Per
+// times. It is above a round trip, so that an event whose permit (say)
+// came at once needs no second call.
+const Lateness = 20 * time.Millisecond
+
+// Renew makes a reservation whose time passed more than Lateness ago
+// current, for an event about to start now: starting that late, it would
+// bunch with the events reserved after it (ten reservations 100ms apart
+// all waiting on one permit would start together). It then asks for an
+// event now (AllowN of its cost: one call to Redis) and reports whether
+// the rate had room; if not, the event must not start, and should
+// reserve anew (without holding what it waited for, such as a permit,
+// meanwhile). A reservation still current reports true at once. A Redis
+// failure is returned wrapped; ctx bounds the call.
+func (r *Reservation) Renew(ctx context.Context) (bool, error) {
+	if time.Since(r.at) <= Lateness {
+		return true, nil
+	}
+	ok, err := r.rl.AllowN(ctx, r.n)
+	if ok {
+		r.at = time.Now()
+	}
+	return ok, err
+}
+
 // Wait sleeps until the reservation's time. When ctx ends first it gives
 // the reservation back where it can (Cancel) and returns ctx's error
 // wrapped; when the Client closes first, the same with ErrClosed.

@@ -304,3 +304,28 @@ func metricValue(t *testing.T, c prometheus.Collector, sample string) float64 {
 	}
 	return 0
 }
+
+// A reservation whose time passed long ago is renewed only when the rate
+// has room now: starting late, its event would bunch with later ones.
+func TestRenewLateReservation(t *testing.T) {
+	b := singleBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rl := newRate(t, b, "renew", limiter.Rate{Events: 10, Per: time.Second, Burst: 1})
+	r, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Renew(ctx); !ok || err != nil {
+		t.Fatalf("Renew of a current reservation: %v, %v; want true", ok, err)
+	}
+	late, _ := rl.ReserveN(ctx, 1) // at +100ms
+	_, _ = rl.ReserveN(ctx, 1)     // at +200ms: the rate has no room until then
+	time.Sleep(time.Until(late.Time().Add(2 * limiter.Lateness)))
+	if ok, err := late.Renew(ctx); ok || err != nil {
+		t.Fatalf("Renew of a late reservation with no room now: %v, %v; want false", ok, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if ok, err := late.Renew(ctx); !ok || err != nil {
+		t.Fatalf("Renew of a late reservation with room now: %v, %v; want true", ok, err)
+	}
+}
