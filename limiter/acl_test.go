@@ -38,12 +38,13 @@ import (
 //     time (the only clock), hmget/hset/hdel/hincrby (the state hash),
 //     zadd/zrem/zscore/zmscore/zrange/zrangebyscore/zrevrangebyscore (the
 //     leases and the queue), pexpireat/persist (key expiry), publish
-//     (waking another Client's waiters), get/set/del (a name's pause).
+//     (waking another Client's waiters), get/set/del/mget (a name's
+//     pause and rate).
 const aclSetUser = "ACL SETUSER redsem on >password ~redsem:* resetchannels &redsem:* -@all" +
 	" +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping" +
 	" +time +hmget +hset +hdel +hincrby" +
 	" +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore" +
-	" +pexpireat +persist +publish +get +set +del"
+	" +pexpireat +persist +publish +get +set +del +mget"
 
 // pubsubKeepAlive is how long the wake-up connection stays silent before
 // the Client pings it (receive in internal/redisstore/pubsub.go); only a wait longer than

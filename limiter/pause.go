@@ -10,8 +10,8 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// maxPause bounds a pause: a day, as a TTL.
-const maxPause = 24 * time.Hour
+// MaxPause bounds a pause (Inspector.Pause): a day, as a TTL.
+const MaxPause = 24 * time.Hour
 
 // Pause makes name grant nothing for d, for every process, on the
 // server's clock. Its Semaphore grants no new lease (holders keep theirs,
@@ -28,8 +28,8 @@ const maxPause = 24 * time.Hour
 // failure, or ctx ending, is returned wrapped (the pause may have been
 // set all the same).
 func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
-	if d <= 0 || d > maxPause {
-		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", maxPause))
+	if d <= 0 || d > MaxPause {
+		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", MaxPause))
 	}
 	left, err := i.pause(ctx, name, d)
 	if err == nil {
@@ -65,8 +65,8 @@ type RateState struct {
 	// RateLimit then uses its own).
 	Fleet Rate
 	// NextFree is how long until an event of cost 1 may go by the fleet
-	// rate (0: now; -1: unknown, since without a fleet rate it depends on
-	// the asking RateLimit's).
+	// rate, a pause included (0: now; -1: unknown, since without a fleet
+	// rate it depends on the asking RateLimit's).
 	NextFree time.Duration
 	// Paused is how long the name stays paused (0: not paused).
 	Paused time.Duration

@@ -46,7 +46,8 @@ func aclCommands(env checkEnv) []aclCommand {
 		aclCommand{name: "persist", args: []string{"persist", key}},
 		aclCommand{name: "get", args: []string{"get", key}},
 		aclCommand{name: "set", args: []string{"set", key, "1"}},
-		aclCommand{name: "del", args: []string{"del", key}})
+		aclCommand{name: "del", args: []string{"del", key}},
+		aclCommand{name: "mget", args: []string{"mget", key}})
 	if env.waitReplicas > 0 {
 		cs = append(cs, aclCommand{name: "wait", args: []string{"wait", "1", "0"}})
 	}

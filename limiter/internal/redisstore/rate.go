@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/store"
@@ -58,17 +59,17 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 		return store.RateState{}, err
 	}
 	var st store.RateState
-	st.Paused = micros(v[4])
-	if v[1] != "" {
-		st.Fleet = store.Rate{Events: atoi(v[1]), Per: micros(v[2]), Burst: atoi(v[3])}
+	st.Paused = micros(v[2])
+	if f := strings.Fields(v[1]); len(f) == 3 {
+		st.Fleet = store.Rate{Events: atoi(f[0]), Per: micros(f[1]), Burst: atoi(f[2])}
 	}
 	if v[0] != "" {
 		st.Known = true
 		if st.Fleet.Events > 0 {
 			// When the next event of cost 1 may go, by the fleet rate; a
 			// process's own rate is not known here.
-			free := time.Duration(atoi(v[0])-atoi(v[5]))*time.Microsecond - time.Duration(st.Fleet.Burst-1)*st.Fleet.Interval()
-			st.NextFree = max(free, 0)
+			free := time.Duration(atoi(v[0])-atoi(v[3]))*time.Microsecond - time.Duration(st.Fleet.Burst-1)*st.Fleet.Interval()
+			st.NextFree = max(free, 0, st.Paused)
 		} else {
 			st.NextFree = -1
 		}

@@ -1,8 +1,7 @@
--- KEYS[1] rate  HASH tat (µs, server clock: GCRA's theoretical arrival
---               time: the burst is whole again then), and events, per (µs),
---               burst: the fleet rate SetRate stored, if any
--- KEYS[2] pause STRING µs (server clock) until which the name grants
---               nothing; it expires then (pause.lua)
+-- KEYS[1] rate  STRING tat: µs (server clock), GCRA's theoretical arrival
+--               time; it expires then, when the burst is whole again
+-- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua)
+-- KEYS[3] fleet STRING "events per_us burst": the rate SetRate stored
 -- ARGV: events, per_us, burst (the asking rate), n (the event's cost),
 --       max_wait_us (-1: no bound), careful (1: see below)
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
@@ -14,11 +13,12 @@
 -- (T = per / events), and may go once tat - burst * T is not in the
 -- future. Reserving moves tat at once, so callers are given their times
 -- in the order they reached Redis, paced exactly, with one call each.
-local st = redis.call('HMGET', KEYS[1], 'tat', 'events', 'per', 'burst')
-local fleet = st[2] ~= false
+-- Three commands (MGET, TIME, SET): every key is a string.
+local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
 local events, per, burst
-if fleet then
-  events, per, burst = tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+if st[3] then
+  local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
+  events, per, burst = tonumber(e), tonumber(p), tonumber(b)
 else
   events, per, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 end
@@ -38,17 +38,15 @@ tat = math.max(tat or now, now)
 -- A pause leaves the burst empty at its end: the first event goes then,
 -- the others paced after it (an API that answered 429 is not sent a burst
 -- the moment it said to come back).
-local paused = tonumber(redis.call('GET', KEYS[2]) or '0')
+local paused = tonumber(st[2] or '0')
 if paused > now then tat = math.max(tat, paused + (burst - 1) * T) end
 local wait = math.max(tat + (n - burst) * T - now, 0)
 local max_wait = tonumber(ARGV[5])
 if max_wait >= 0 and wait > max_wait then
   return {0, fmt(wait), paused > now and 1 or 0}
 end
-local prev, nxt = fmt(tat), fmt(tat + n * T)
-redis.call('HSET', KEYS[1], 'tat', nxt)
-if not fleet then
-  -- Past tat the burst is whole, which is what no state means too.
-  redis.call('PEXPIREAT', KEYS[1], fmt(math.ceil((tat + n * T) / 1000) + 1000))
-end
-return {1, fmt(wait), prev, nxt}
+local nxt = tat + n * T
+local prev, nxt_s = fmt(tat), fmt(nxt)
+-- Past tat the burst is whole, which is what no state means too.
+redis.call('SET', KEYS[1], nxt_s, 'PX', fmt(math.ceil((nxt - now) / 1000)))
+return {1, fmt(wait), prev, nxt_s}

@@ -1,8 +1,13 @@
--- KEYS[1] rate HASH (see reserve.lua)
+-- KEYS[1] rate STRING (see reserve.lua)
 -- ARGV: prev, next (a reservation's, from reserve.lua)
 -- Gives a reservation back when nothing was reserved after it (tat is
 -- still next): later callers were given their times already, which
 -- cannot move. Returns 1 when it did, 0 when it could not.
-if redis.call('HGET', KEYS[1], 'tat') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'tat', ARGV[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
+local ms = math.ceil((tonumber(ARGV[1]) - now_us()) / 1000)
+if ms > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', fmt(ms))
+else
+  redis.call('DEL', KEYS[1]) -- the burst is whole again
+end
 return 1

@@ -78,24 +78,30 @@ type RateState struct {
 
 const (
 	rateSuffix  = "}:rate"
+	fleetSuffix = "}:rate:fleet"
 	pauseSuffix = "}:pause"
 )
 
-// NewRateKeyspace returns the keys of the rate name under prefix: its
-// GCRA state (HASH) and its pause (STRING). The hash tag is the
-// semaphore's of the same name, so a pause is one key for both.
+// NewRateKeyspace returns the keys of the rate name under prefix, all
+// strings: its GCRA state, its pause and its fleet rate. The hash tag is
+// the semaphore's of the same name, so a pause is one key for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2]}}
 }
 
-// RatePattern is the SCAN pattern of the rate keys under prefix (see
-// StatePattern).
+// RatePattern is the SCAN pattern of the rate keys under prefix, the
+// state's and the fleet rate's (see StatePattern).
 func RatePattern(prefix string) string {
-	return globEscape(prefix) + "{*" + rateSuffix
+	return globEscape(prefix) + "{*" + rateSuffix + "*"
 }
 
-// NameOfRateKey undoes NewRateKeyspace for a rate key (see
-// NameOfStateKey).
-func NameOfRateKey(key string) (string, bool) { return nameOf(key, rateSuffix) }
+// NameOfRateKey undoes NewRateKeyspace for a rate key, the state's or
+// the fleet rate's (see NameOfStateKey).
+func NameOfRateKey(key string) (string, bool) {
+	if name, ok := nameOf(key, rateSuffix); ok {
+		return name, true
+	}
+	return nameOf(key, fleetSuffix)
+}
