@@ -132,8 +132,8 @@ func TestBinary(t *testing.T) {
 		{"bad interval", nil, []string{"-addr", addr, "-interval", "0s", "watch", "jobs"}, 2, "", "-interval must be > 0"},
 		{"addr and cluster", nil, []string{"-addr", addr, "-cluster", addr, "ls"}, 2, "", "exclude each other"},
 		{"bad REDIS_URL", []string{"REDIS_URL=ftp://x"}, []string{"ls"}, 2, "", "REDIS_URL"},
-		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  -      2       1        0\n", ""},
-		{"ls waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "full  -      1       1        1\n", ""},
+		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  semaphore  -      2       1        0        -          -\n", ""},
+		{"ls waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "full  semaphore  -      1       1        1        -          -\n", ""},
 		{"show waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "waiters:  1\n", ""},
 		{"show the queue", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "QUEUE  WAIT ID", ""},
 		{"show -json waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full", "-json"}, 0, `"id": "` + ws[0].ID + `"`, ""},
@@ -336,6 +336,63 @@ func TestBinaryAuth(t *testing.T) {
 			if c.code == 1 && !strings.Contains(r.stderr, "cannot connect to Redis") {
 				t.Errorf("stderr:\n%s", r.stderr)
 			}
+		})
+	}
+}
+
+// TestBinaryRate runs the rate commands as operators type them: each
+// one's output and exit status, its usage errors (exit 2, naming the
+// argument) and -json.
+func TestBinaryRate(t *testing.T) {
+	bin := buildBinary(t)
+	f := newFixture(t)
+	base := []string{"-addr", f.srv.Addr(), "-prefix", testPrefix}
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // a substring; "" = must be empty
+		stderr string // a substring; "" = must be empty
+	}{
+		{"help", []string{"-h"}, 0, "redsem [flags] rate NAME [RATE [BURST]]", ""},
+		{"rate, none set", []string{"rate", "api"}, 0, "api: rate - (no fleet rate: each process uses its own)\n", ""},
+		{"set a rate", []string{"rate", "api", "100/1m", "20"}, 0, "api: fleet rate 100/1m0s burst 20 (was -)\n", ""},
+		{"read it", []string{"rate", "api"}, 0, "api: rate 100/1m0s burst 20 (fleet)\n", ""},
+		{"read it -json", []string{"rate", "api", "-json"}, 0, `"fleet_rate": {
+    "events": 100,
+    "per": "1m0s",
+    "burst": 20
+  },`, ""},
+		{"pause", []string{"pause", "api", "30s"}, 0, "api: paused for 30s\n", ""},
+		{"pause -json", []string{"-json", "pause", "api", "1m"}, 0, `"asked_ms": 60000`, ""},
+		{"ls", []string{"ls"}, 0, "api   rate  100/1m0s burst 20  -       -        -        59.", ""},
+		{"ls -json", []string{"ls", "-json"}, 0, `"kind": "rate"`, ""},
+		{"show", []string{"show", "api"}, 0, "rate:        100/1m0s burst 20 (fleet)\n", ""},
+		{"show -json", []string{"show", "api", "-json"}, 0, `"next_free_ms": 59`, ""}, // the pause's end
+		{"clear it", []string{"rate", "api", "off"}, 0, "api: fleet rate cleared (was 100/1m0s burst 20)", ""},
+		{"rate, no name", []string{"rate"}, 2, "", "usage: redsem rate NAME [RATE [BURST]]: NAME is missing"},
+		{"bad rate", []string{"rate", "api", "100/fortnight"}, 2, "", "RATE must be N/PERIOD"},
+		{"bad burst", []string{"rate", "api", "100/1m", "lots"}, 2, "", `BURST must be a whole number >= 1, not "lots"`},
+		{"burst too big", []string{"rate", "api", "1/1m", "99999999999999"}, 2, "", "BURST 99999999999999: must be between 1 and"},
+		{"pause, no duration", []string{"pause", "api"}, 2, "", "usage: redsem pause NAME DURATION: DURATION is missing"},
+		{"pause 0", []string{"pause", "api", "0s"}, 2, "", `DURATION must be a duration above 0 such as 30s or 5m, not "0s"`},
+		{"pause, negative", []string{"pause", "api", "--", "-5s"}, 2, "", `not "-5s"`},
+		{"pause too long", []string{"pause", "api", "48h"}, 2, "", "DURATION 48h0m0s"},
+		{"unpause, no name", []string{"unpause"}, 2, "", "usage: redsem unpause NAME: NAME is missing"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runBinary(t, bin, nil, append(append([]string{}, base...), c.args...)...)
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, c.code, r.stdout, r.stderr)
+			}
+			check := func(what, got, want string) {
+				if want == "" && got != "" || !strings.Contains(got, want) {
+					t.Errorf("%s:\n%s\nwant %q", what, got, want)
+				}
+			}
+			check("stdout", r.stdout, c.stdout)
+			check("stderr", r.stderr, c.stderr)
 		})
 	}
 }

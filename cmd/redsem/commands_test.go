@@ -70,10 +70,10 @@ func TestLs(t *testing.T) {
 
 	out := f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", false) })
 	want := [][]string{
-		{"NAME", "LIMIT", "IN", "USE", "HOLDERS", "WAITERS"},
-		{"api:github", "3", "1", "1", "0"},
-		{"jobs", "-", "3", "2", "0"},
-		{"queued", "-", "3", "1", "3"},
+		{"NAME", "KIND", "LIMIT", "IN", "USE", "HOLDERS", "WAITERS", "NEXT", "FREE", "PAUSED"},
+		{"api:github", "semaphore", "3", "1", "1", "0", "-", "-"},
+		{"jobs", "semaphore", "-", "3", "2", "0", "-", "-"},
+		{"queued", "semaphore", "-", "3", "1", "3", "-", "-"},
 	}
 	if got := lines(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("ls:\n%s\nwant rows %q", out, want)
@@ -85,9 +85,9 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls -json is not JSON: %v\n%s", err, out)
 	}
 	wantJSON := []lsEntry{
-		{Name: "api:github", FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
-		{Name: "jobs", FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
-		{Name: "queued", FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
+		{Name: "api:github", Kind: kindSemaphore, FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
+		{Name: "jobs", Kind: kindSemaphore, FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
+		{Name: "queued", Kind: kindSemaphore, FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
 	}
 	if !reflect.DeepEqual(entries, wantJSON) {
 		t.Errorf("ls -json:\n%s", out)
@@ -106,7 +106,7 @@ func TestLs(t *testing.T) {
 		t.Errorf("ls -json with no match = %q, want []", out)
 	}
 	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "nothing*", false) })
-	if strings.TrimSpace(out) != "no semaphores" {
+	if strings.TrimSpace(out) != "no semaphores or rate limits" {
 		t.Errorf("ls with no match = %q", out)
 	}
 }

@@ -1,18 +1,25 @@
-// Command redsem lets an operator look inside the semaphores of
-// github.com/redsem/redsem/limiter and steer them: list them, show who
-// holds one and who waits for it, watch it live, read or set a limit the
-// whole fleet obeys, force-release a stuck lease, and check that a Redis
-// deployment keeps the limiter's promises (doctor).
+// Command redsem lets an operator look inside the semaphores and rate
+// limits of github.com/redsem/redsem/limiter and steer them: list them,
+// show who holds one and who waits for it, watch it live, read or set a
+// limit or a rate the whole fleet obeys, pause a rate limit, force-release
+// a stuck lease, and check that a Redis deployment keeps the limiter's
+// promises (doctor).
 //
 //	go install github.com/redsem/redsem/cmd/redsem@latest
 //
 // Usage:
 //
-//	redsem [flags] ls [PATTERN]        semaphores under the prefix whose names match PATTERN,
-//	                                   a Redis glob (* ? [a-z] [^x] \x) on the name (default *)
-//	redsem [flags] show NAME           a semaphore's limit, holders and wait queue
+//	redsem [flags] ls [PATTERN]        semaphores and rate limits under the prefix whose names
+//	                                   match PATTERN, a Redis glob (* ? [a-z] [^x] \x) on the
+//	                                   name (default *)
+//	redsem [flags] show NAME           a semaphore's limit, holders and wait queue, and the
+//	                                   fleet rate, next free time and pause of its name
 //	redsem [flags] watch NAME          show, live, until Ctrl-C
 //	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
+//	redsem [flags] rate NAME [RATE [BURST]]
+//	                                   read the fleet-wide rate, or set it; RATE=off clears it
+//	redsem [flags] pause NAME DURATION NAME's rate limits grant nothing for DURATION
+//	redsem [flags] unpause NAME        lift NAME's pause
 //	redsem [flags] release NAME ID     force-release the lease with id ID
 //	redsem [flags] doctor              check Redis against the limiter's promises
 //
@@ -56,12 +63,42 @@
 // holders again if it changed, so that a request granted meanwhile does
 // not show in both lists or in neither.
 //
+// ls lists rate limits beside semaphores, KIND "rate" or "semaphore"; a
+// name used as both has a line of each. A rate's LIMIT is its fleet rate,
+// stored by rate NAME RATE (Inspector.SetRate), which overrides every
+// process's own; "-" when none is set. NEXT FREE is how long until an
+// event of cost 1 may go by the fleet rate and the pause ("now"; "-" when
+// Redis holds reservations but no fleet rate, so that it depends on each
+// process's own rate). PAUSED is how long the name stays paused. The pause
+// is per name, so a semaphore's line shows it too, but semaphores do not
+// obey it: only rate limits do. A name that only has a pause is not
+// listed. With -json each entry has every field: kind, the semaphore's
+// (fleet_limit, in_use, holders, waiters; null or 0 for a rate), and
+// fleet_rate ({events, per, burst}, per as "1m0s"), next_free_ms (both
+// null for a semaphore, or when not known) and paused_ms. show adds the
+// rate section (-json: "rate", null when the name has no fleet rate, no
+// reservations and no pause).
+//
+// rate NAME RATE [BURST] takes RATE as N/PERIOD, PERIOD a Go duration or a
+// bare unit (100/1m, 5/s, 3600/h), and BURST, the events that may go at
+// once, as a separate argument (default 1); RATE may also be written as
+// rate prints it ("100/1m0s burst 20"). Events already reserved keep their
+// times; later ones are paced by the new rate. rate NAME off clears it.
+//
+// pause NAME DURATION makes every process's rate limit of NAME give no
+// event a time before DURATION (at most 24h) has passed, and then paces
+// them from there, with no burst; it prints how long NAME is paused for,
+// which is longer when a longer pause stands: a pause is never shortened.
+// unpause NAME lifts it.
+//
 // watch polls every -interval. On a terminal it redraws the view of show
 // in place at every poll; when its output is not a terminal it prints a
-// line only when the limit, a holder or a waiter changed (not for TTLs
-// counting down):
+// line only when the limit, a holder or a waiter, the fleet rate, or
+// whether the name is paused changed (not for TTLs and times counting
+// down); a name with rate state or a pause ends it with its rate:
 //
 //	2025-06-01T10:15:02.120+02:00 jobs limit=- in_use=3 holders=2 [worker-1:2 worker-2:1] waiters=1 [c0ffee.1k:2]
+//	2025-06-01T10:15:03.020+02:00 api limit=- in_use=0 holders=0 [] waiters=0 [] rate=100/1m0s burst=20 next_free=now paused=-
 //
 // With -json it prints, on a terminal or not, one JSON object per change:
 // show's, with the time it was read. SIGINT (Ctrl-C) or SIGTERM ends it
@@ -115,6 +152,6 @@
 // Exit status: 0 success (doctor: no error found, warnings allowed); 1 an
 // error (Redis unreachable or failing, no lease with that id; doctor: a
 // check found an error); 2 a usage error (unknown command, wrong
-// arguments, bad flag, unreadable REDIS_URL or -tls-ca). Errors go to
+// arguments, bad flag, rate or duration, unreadable REDIS_URL or -tls-ca). Errors go to
 // standard error.
 package main

@@ -12,17 +12,21 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// semState is one semaphore as Redis sees it; ls, show and watch print
-// it, in JSON with these field names.
+// semState is one name as Redis sees it, a semaphore and the rate limit
+// of the same name; ls, show and watch print it, in JSON with these field
+// names.
 type semState struct {
 	Name string `json:"name"`
 	// FleetLimit is the limit stored by the limit command; nil (null,
 	// "-") when none is set: each process then uses its constructor's
 	// limit, which Redis does not know.
-	FleetLimit *int64       `json:"fleet_limit"`
-	InUse      int64        `json:"in_use"` // permits: the holders' weights summed
-	Holders    []holderInfo `json:"holders"`
-	Waiters    []waiterInfo `json:"waiters"` // in the order they will be served
+	FleetLimit *int64 `json:"fleet_limit"`
+	// Rate is the state of the rate limit of the same name; nil (null)
+	// when it has none: no fleet rate, no reservations and no pause.
+	Rate    *rateView    `json:"rate"`
+	InUse   int64        `json:"in_use"` // permits: the holders' weights summed
+	Holders []holderInfo `json:"holders"`
+	Waiters []waiterInfo `json:"waiters"` // in the order they will be served
 }
 
 type holderInfo struct {
@@ -53,8 +57,19 @@ const inspectTries = 3
 // reads are kept). A grant takes the waiter off the queue in the same
 // script, so when the queue is the same on both sides of the holders no
 // waiter listed was granted while they were read.
+// The rate state is read last, apart: it is another key, which no grant
+// changes.
 func inspect(ctx context.Context, c *limiter.Client, name string) (semState, error) {
-	return inspectWith(ctx, c.Inspector(), name)
+	in := c.Inspector()
+	st, err := inspectWith(ctx, in, name)
+	if err != nil {
+		return st, err
+	}
+	rv, has, err := readRate(ctx, in, name)
+	if has {
+		st.Rate = &rv
+	}
+	return st, err
 }
 
 // reader is what inspect reads of a *limiter.Inspector.

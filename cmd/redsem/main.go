@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,12 +17,21 @@ import (
 )
 
 const usage = `usage:
-  redsem [flags] ls [PATTERN]        semaphores under the prefix whose names match PATTERN,
-                                     a Redis glob (* ? [a-z] [^x] \x) on the name (default *)
-  redsem [flags] show NAME           a semaphore's limit, holders and wait queue
+  redsem [flags] ls [PATTERN]        semaphores and rate limits under the prefix whose names
+                                     match PATTERN, a Redis glob (* ? [a-z] [^x] \x) on the
+                                     name (default *)
+  redsem [flags] show NAME           a semaphore's limit, holders and wait queue, and the
+                                     fleet rate, next free time and pause of its name
   redsem [flags] watch NAME          show, live, until Ctrl-C: redrawn in place on a
                                      terminal, a line per change when piped
   redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
+  redsem [flags] rate NAME [RATE [BURST]]
+                                     read the fleet-wide rate, or set it to RATE events per
+                                     period (100/1m, 5/s) with BURST at once (default 1);
+                                     RATE=off clears it
+  redsem [flags] pause NAME DURATION NAME's rate limits grant nothing for DURATION (30s,
+                                     5m; at most 24h), in every process; a longer pause stands
+  redsem [flags] unpause NAME        lift NAME's pause
   redsem [flags] release NAME ID     force-release the lease with id ID; its
                                      holder learns of the loss at its next refresh
   redsem [flags] doctor              check that Redis keeps the limiter's promises:
@@ -46,8 +56,12 @@ flags (before or after the command; -- ends them):
   -ttl D             doctor: the longest TTL of your Clients, which is the
                      restart quarantine (default 10s)
 
-LIMIT is the fleet limit set with the limit command; "-" means none is set
-and each process uses the limit its code gives, which redsem cannot see.
+LIMIT is the fleet limit set with the limit command (for a rate limit, the
+fleet rate set with the rate command); "-" means none is set and each
+process uses the one its code gives, which redsem cannot see. NEXT FREE is
+when an event may go by the fleet rate ("-": no fleet rate, so it depends on
+each process's own). PAUSED is how long the name stays paused; semaphores
+do not obey pauses, only rate limits do.
 exit status: 0 ok (watch: also when ended by SIGINT or SIGTERM; doctor: also
 with warnings), 1 error (doctor: a check found one), 2 usage
 `
@@ -184,21 +198,34 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// runFunc is a command that runs on a Client.
+type runFunc = func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error
+
+// simple is the action of a command that runs once on a Client.
+func simple(run runFunc) action { return action{run: run} }
+
+// checkArgs checks that args are between lo and hi, none empty; what
+// names them for the usage line ("NAME [N]"), and a missing one by its
+// word of what.
+func checkArgs(name string, args []string, lo, hi int, what string) error {
+	if words := strings.Fields(what); len(args) < lo && len(args) < len(words) {
+		return usagef("usage: redsem %s %s: %s is missing", name, what, strings.Trim(words[len(args)], "[]"))
+	}
+	if len(args) < lo || len(args) > hi {
+		return usagef("usage: redsem %s %s", name, what)
+	}
+	for _, a := range args {
+		if a == "" {
+			return usagef("%s: empty argument", name)
+		}
+	}
+	return nil
+}
+
 // command checks a command's arguments, before anything is sent to Redis.
 func command(name string, args []string) (action, error) {
-	type runFunc = func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error
-	do := func(run runFunc) (action, error) { return action{run: run}, nil }
-	nargs := func(lo, hi int, what string) error {
-		if len(args) < lo || len(args) > hi {
-			return usagef("usage: redsem %s %s", name, what)
-		}
-		for _, a := range args {
-			if a == "" {
-				return usagef("%s: empty argument", name)
-			}
-		}
-		return nil
-	}
+	do := func(run runFunc) (action, error) { return simple(run), nil }
+	nargs := func(lo, hi int, what string) error { return checkArgs(name, args, lo, hi, what) }
 	switch name {
 	case "help":
 		return action{}, flag.ErrHelp
@@ -243,6 +270,12 @@ func command(name string, args []string) (action, error) {
 		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
 			return setLimit(ctx, w, c, args[0], n, o.json)
 		})
+	case "rate":
+		return rateCommand(args)
+	case "pause":
+		return pauseCommand(args)
+	case "unpause":
+		return unpauseCommand(args)
 	case "doctor":
 		if err := nargs(0, 0, ""); err != nil {
 			return action{}, err

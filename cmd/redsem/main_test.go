@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +34,15 @@ func TestParse(t *testing.T) {
 		t.Errorf("limit NAME 0: %v", err)
 	}
 
+	for _, args := range [][]string{
+		{"rate", "x"}, {"rate", "x", "5/s"}, {"rate", "x", "100/1m", "20"}, {"rate", "x", "off"},
+		{"pause", "x", "30s"}, {"unpause", "x"},
+	} {
+		if _, act, err := parse(args); err != nil || act.run == nil || act.live {
+			t.Errorf("parse %q: %v, %+v", args, err, act)
+		}
+	}
+
 	pos, err := parseInterspersed(flag.NewFlagSet("t", flag.ContinueOnError), []string{"release", "--", "-odd", "-id"})
 	if err != nil || !reflect.DeepEqual(pos, []string{"release", "-odd", "-id"}) {
 		t.Errorf("after --: %q, %v", pos, err)
@@ -43,12 +53,36 @@ func TestParse(t *testing.T) {
 		{"limit", "x", "1.5"}, {"limit", "x", "--", "-1"}, {"limit", ""}, {"set-limit", "x", "1"},
 		{"watch"}, {"watch", "a", "b"}, {"-interval", "0s", "watch", "x"}, {"release", "x"},
 		{"-bogus", "ls"}, {"-timeout", "0s", "ls"},
+		{"rate", "x", "5/s", "1", "2"}, {"rate", ""}, {"pause", "x", "30s", "y"}, {"unpause", "x", "y"},
 	} {
 		// run exits 2 on any error of parse but help.
 		if _, _, err := parse(args); err == nil || errors.Is(err, flag.ErrHelp) {
 			t.Errorf("parse %q: %v, want a usage error", args, err)
 		}
 	}
+	// The new commands' usage errors name the argument at fault.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rate"}, "NAME is missing"},
+		{[]string{"rate", "x", "fast"}, "RATE must be N/PERIOD"},
+		{[]string{"rate", "x", "5/s", "0"}, "BURST must be a whole number >= 1"},
+		{[]string{"pause"}, "NAME is missing"},
+		{[]string{"pause", "x"}, "DURATION is missing"},
+		{[]string{"pause", "x", "0s"}, "DURATION must be a duration above 0"},
+		{[]string{"pause", "x", "--", "-5s"}, "DURATION must be a duration above 0"},
+		{[]string{"pause", "x", "soon"}, "DURATION must be a duration above 0"},
+		{[]string{"unpause"}, "NAME is missing"},
+		{[]string{"show"}, "usage: redsem show NAME: NAME is missing"},
+	} {
+		_, _, err := parse(c.args)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parse %q: %v, want a usage error with %q", c.args, err, c.want)
+		}
+	}
+
 	for _, args := range [][]string{{"-h"}, {"help"}, {"ls", "-help"}} {
 		if _, _, err := parse(args); !errors.Is(err, flag.ErrHelp) {
 			t.Errorf("parse %q: %v, want help", args, err)

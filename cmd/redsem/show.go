@@ -10,7 +10,8 @@ import (
 )
 
 // show prints a semaphore's fleet limit, permits in use, holders and wait
-// queue.
+// queue, and the fleet rate, next free time and pause of the rate limit of
+// the same name when it has any.
 func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
 	st, err := inspect(ctx, c, name)
 	if err != nil {
@@ -23,7 +24,7 @@ func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJS
 }
 
 // writeState is the text of show, and a screen of watch. One tabwriter
-// aligns the three parts apart: a line without a tab ends a column block.
+// aligns the parts apart: a line without a tab ends a column block.
 func writeState(w io.Writer, st semState) error {
 	limit := limitText(st.FleetLimit) + " (fleet)"
 	if st.FleetLimit == nil {
@@ -35,6 +36,9 @@ func writeState(w io.Writer, st semState) error {
 	fmt.Fprintf(tw, "in use:\t%d\n", st.InUse)
 	fmt.Fprintf(tw, "holders:\t%d\n", len(st.Holders))
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
+	if st.Rate != nil {
+		writeRate(tw, *st.Rate)
+	}
 	if len(st.Holders) > 0 {
 		fmt.Fprintln(tw, "\nID\tWEIGHT\tTOKEN\tTTL")
 		for _, h := range st.Holders {
@@ -48,4 +52,24 @@ func writeState(w io.Writer, st semState) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// writeRate is the rate section of show, after a blank line: the fleet
+// rate, when the next event may go by it, and the pause.
+func writeRate(w io.Writer, v rateView) {
+	rate := rateText(v.FleetRate) + " (fleet)"
+	if v.FleetRate == nil {
+		rate = noFleetRate
+	}
+	next := nextFreeText(v.NextFreeMs)
+	if v.NextFreeMs == nil {
+		next += " (by each process's own rate)"
+	}
+	fmt.Fprintf(w, "\nrate:\t%s\n", rate)
+	fmt.Fprintf(w, "next free:\t%s\n", next)
+	paused := pausedText(v.PausedMs)
+	if v.PausedMs > 0 {
+		paused += " (rate limits only: semaphores do not obey pauses)"
+	}
+	fmt.Fprintf(w, "paused for:\t%s\n", paused)
 }

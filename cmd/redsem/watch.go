@@ -49,9 +49,10 @@ const (
 // nil. On a terminal (o.tty without o.json) it redraws the view of show
 // in place at every poll, so the TTLs count down; otherwise it writes a
 // line (or with o.json a JSON object) only when something other than the
-// TTLs changed: the limit, a holder (id, weight, token) or a waiter (id,
-// weight). o.interval must be > 0 (parse checks -interval). The first
-// poll's error is returned (a wrong address or name should not leave an
+// TTLs changed: the limit, a holder (id, weight, token), a waiter (id,
+// weight), the fleet rate, or whether the name is paused (not the rate's
+// times, which count down as TTLs do). o.interval must be > 0 (parse
+// checks -interval). The first poll's error is returned (a wrong address or name should not leave an
 // operator staring at a screen); a later one is shown as a change, and
 // polling goes on.
 func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o watchOptions) error {
@@ -101,7 +102,7 @@ func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Dura
 }
 
 // changeKey is what watch compares between polls: the state without its
-// TTLs, which change at every poll, or the error.
+// TTLs and a rate's times, which change at every poll, or the error.
 func changeKey(st semState, err error) string {
 	if err != nil {
 		return "error: " + err.Error()
@@ -114,6 +115,9 @@ func changeKey(st semState, err error) string {
 	for _, q := range st.Waiters {
 		fmt.Fprintf(&b, "|w %q %d", q.ID, q.Weight)
 	}
+	if st.Rate != nil { // not its times, which count down as TTLs do
+		fmt.Fprintf(&b, "|r %s %v", rateText(st.Rate.FleetRate), st.Rate.PausedMs > 0)
+	}
 	return b.String()
 }
 
@@ -123,6 +127,10 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 // changeLine is a change in one line, for a pipe:
 //
 //	TIME NAME limit=L in_use=N holders=2 [ID:WEIGHT ...] waiters=1 [WAITID:WEIGHT]
+//
+// followed, when the name has rate state or a pause, by
+//
+//	rate=EVENTS/PER burst=B next_free=D paused=D
 func changeLine(name string, st semState, err error, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(now.Format(timeLayout))
@@ -146,8 +154,21 @@ func changeLine(name string, st semState, err error, now time.Time) string {
 		}
 		fmt.Fprintf(&b, "%s:%d", idText(q.ID), q.Weight)
 	}
-	b.WriteString("]\n")
+	b.WriteString("]")
+	if r := st.Rate; r != nil {
+		fmt.Fprintf(&b, " rate=%s next_free=%s paused=%s", rateLineText(r.FleetRate), nextFreeText(r.NextFreeMs), pausedText(r.PausedMs))
+	}
+	b.WriteString("\n")
 	return b.String()
+}
+
+// rateLineText is a fleet rate in a line of watch, in two fields:
+// rate=100/1m0s burst=20 (or rate=-).
+func rateLineText(r *rateJSON) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%s burst=%d", r.Events, r.Per, r.Burst)
 }
 
 // quoted quotes s when it would make a line ambiguous: empty, with a
