@@ -1,7 +1,7 @@
 // Command redsem lets an operator look inside the semaphores and rate
 // limits of github.com/redsem/redsem/limiter and steer them: list them,
 // show who holds one and who waits for it, watch it live, read or set a
-// limit or a rate the whole fleet obeys, pause a rate limit, force-release
+// limit or a rate the whole fleet obeys, pause a name, force-release
 // a stuck lease, and check that a Redis deployment keeps the limiter's
 // promises (doctor).
 //
@@ -69,10 +69,9 @@
 // process's own; "-" when none is set. NEXT FREE is how long until an
 // event of cost 1 may go by the fleet rate and the pause ("now"; "-" when
 // Redis holds reservations but no fleet rate, so that it depends on each
-// process's own rate). PAUSED is how long the name stays paused. The pause
-// is per name, so a semaphore's line shows it too, but semaphores do not
-// obey it: only rate limits do. A name that only has a pause is not
-// listed. With -json each entry has every field: kind, the semaphore's
+// process's own rate). PAUSED is how long the name stays paused: the
+// pause is the name's, and holds its semaphore and its rate limit alike.
+// A name that only has a pause is not listed. With -json each entry has every field: kind, the semaphore's
 // (fleet_limit, in_use, holders, waiters; null or 0 for a rate), and
 // fleet_rate ({events, per, burst}, per as "1m0s"), next_free_ms (both
 // null for a semaphore, or when not known) and paused_ms. show adds the

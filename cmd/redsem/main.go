@@ -60,8 +60,8 @@ LIMIT is the fleet limit set with the limit command (for a rate limit, the
 fleet rate set with the rate command); "-" means none is set and each
 process uses the one its code gives, which redsem cannot see. NEXT FREE is
 when an event may go by the fleet rate ("-": no fleet rate, so it depends on
-each process's own). PAUSED is how long the name stays paused; semaphores
-do not obey pauses, only rate limits do.
+each process's own). PAUSED is how long the name stays paused (its semaphore
+and its rate limit alike).
 exit status: 0 ok (watch: also when ended by SIGINT or SIGTERM; doctor: also
 with warnings), 1 error (doctor: a check found one), 2 usage
 `

@@ -67,9 +67,5 @@ func writeRate(w io.Writer, v rateView) {
 	}
 	fmt.Fprintf(w, "\nrate:\t%s\n", rate)
 	fmt.Fprintf(w, "next free:\t%s\n", next)
-	paused := pausedText(v.PausedMs)
-	if v.PausedMs > 0 {
-		paused += " (rate limits only: semaphores do not obey pauses)"
-	}
-	fmt.Fprintf(w, "paused for:\t%s\n", paused)
+	fmt.Fprintf(w, "paused for:\t%s\n", pausedText(v.PausedMs))
 }
