@@ -205,3 +205,36 @@ func firstAfter(ts []time.Time, t0 time.Time) time.Time {
 	}
 	return time.Time{}
 }
+
+// A process killed while it waits for its time leaks that time only: the
+// next caller goes one interval after it, not later.
+func TestKilledRateWaiterLeaksOnlyItsSlot(t *testing.T) {
+	b := singleBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	name := "rate-killed"
+	rdb := b.client(t)
+	rl := newRate(t, b, name, limiter.Rate{Events: 5, Per: time.Second, Burst: 1}) // 200ms apart
+	if _, err := rl.ReserveN(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := rl.ReserveN(ctx, 1) // at +200ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	tat := func() string { return rdb.Get(ctx, "redsem:{"+name+"}:rate").Val() }
+	before := tat()
+	cmds := startRaters(t, b, name, "5/1s", 1, 1, time.Now().Add(time.Minute))
+	redistest.Eventually(t, 10*time.Second, "the child reserved its time", func() bool { return tat() != before })
+	if err := cmds[0].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmds[0].Wait()
+	next, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ours at +200ms, the dead child's at +400ms, this one at +600ms.
+	if gap := next.Time().Sub(mine.Time()); gap < 350*time.Millisecond || gap > 450*time.Millisecond {
+		t.Errorf("the next event goes %v after ours, want 400ms: the killed waiter's one slot between", gap)
+	}
+}
