@@ -8,6 +8,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redsem/redsem v0.0.0
+	golang.org/x/time v0.14.0
 )
 
 require (

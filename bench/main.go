@@ -14,11 +14,13 @@
 //	go run . -multi -inproc=false  # only the multi-process one
 //	go run . -redlock -inproc=false # Redlock on 3 nodes, then one stopped
 //
-// With -rate it runs redsem's RateLimit beside go-redis/redis_rate
-// (rate.go): uncontended Allow, and 4 processes x 8 goroutines waiting
-// on one name at 200/s, -rounds rounds alternating, medians, ratios:
+// With -rate it runs redsem's RateLimit beside go-redis/redis_rate and
+// golang.org/x/time/rate (rate.go): uncontended Allow, and 8 processes x
+// 4 goroutines asking on one name at twice 200/s (x/time/rate: the 32
+// goroutines in one process), -rounds rounds rotating, medians, ratios
+// to redis_rate, the goals checked:
 //
-//	go run . -rate -inproc=false
+//	go run . -rate -inproc=false -rounds 5 -multi-dur 5s
 package main
 
 import (
@@ -49,7 +51,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "multi-process: rounds per scenario and library (medians)")
 	multiDur := flag.Duration("multi-dur", 2*time.Second, "multi-process: length of one run")
 	redlock := flag.Bool("redlock", false, "run the Redlock table: 3 nodes, then one stopped (worker processes)")
-	rate := flag.Bool("rate", false, "run the rate-limit tables: redsem RateLimit beside redis_rate")
+	rate := flag.Bool("rate", false, "run the rate-limit tables: redsem RateLimit beside redis_rate and x/time/rate")
 	rateCalls := flag.Int("rate-calls", 3000, "rate: uncontended Allow calls per library and round")
 	flag.Parse()
 

@@ -44,6 +44,10 @@ type MultiScenario struct {
 	Limit      int64
 	Hold       time.Duration
 	Pause      time.Duration
+	// Every, if > 0, paces each goroutine: its i-th ask is not before
+	// the run's start + i·Every (all ask at the start; one still waiting
+	// at its next time asks again as soon as it got its event).
+	Every time.Duration
 }
 
 // multiSemLimit is the permits of the multi-process semaphore scenario.
@@ -88,8 +92,13 @@ type MultiLib struct {
 	// Unavailable, if set, says why the library cannot run here (its row
 	// shows n/a).
 	Unavailable string
-	// Rate: a rate library (rate.go); its New waits for one event.
+	// Rate: a rate library (rate.go); its New waits for one event. Its
+	// workers warm up on another name, so that the run starts with a
+	// whole burst.
 	Rate bool
+	// OneProcess: a limiter of one process (x/time/rate); its run puts
+	// all the scenario's goroutines in one worker (RunRateMulti).
+	OneProcess bool
 }
 
 func (l MultiLib) supports(sc MultiScenario) bool {
@@ -131,6 +140,7 @@ type workerConfig struct {
 	Limit      int64
 	Hold       time.Duration
 	Pause      time.Duration
+	Every      time.Duration
 	// PerGoroutine, if > 0, is how many acquisitions each goroutine makes
 	// before it stops (the end then only caps the run).
 	PerGoroutine int
@@ -223,16 +233,25 @@ func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport,
 	}()
 	ctx := context.Background()
 	lockers := make([]Locker, cfg.Goroutines)
+	warmers := lockers
+	if lib.Rate { // a rate's warm-up events would eat the run's burst
+		warmers = make([]Locker, cfg.Goroutines)
+	}
 	for g := range lockers {
 		if lockers[g], err = lib.newLocker(p, cfg.Key, cfg.Limit); err != nil {
 			return rep, err
+		}
+		if lib.Rate {
+			if warmers[g], err = lib.newLocker(p, cfg.Key+":warm-up", cfg.Limit); err != nil {
+				return rep, err
+			}
 		}
 	}
 	// Warm up every goroutine's connection and the script cache: each
 	// locks and unlocks once, all at the same time.
 	var wg sync.WaitGroup
 	warmErr := make([]error, cfg.Goroutines)
-	for g, lock := range lockers {
+	for g, lock := range warmers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -292,6 +311,12 @@ func runWorker(cfg workerConfig, in io.Reader, out io.Writer) (rep workerReport,
 				mu.Unlock()
 			}()
 			for i := 0; cfg.PerGoroutine == 0 || i < cfg.PerGoroutine; i++ {
+				if d := time.Until(time.Unix(0, start+int64(i)*int64(cfg.Every))); cfg.Every > 0 && d > 0 {
+					select {
+					case <-time.After(d):
+					case <-runCtx.Done():
+					}
+				}
 				if runCtx.Err() != nil {
 					return
 				}
@@ -395,7 +420,7 @@ func RunMulti(ctx context.Context, e *Env, sc MultiScenario, lib MultiLib, o Mul
 	}()
 	for i := range ws {
 		cfg := workerConfig{Addr: e.Addr, Nodes: e.Nodes, Lib: lib.Name, Key: key, Proc: i, Goroutines: sc.Goroutines,
-			Limit: sc.Limit, Hold: sc.Hold, Pause: sc.Pause, PerGoroutine: o.PerGoroutine}
+			Limit: sc.Limit, Hold: sc.Hold, Pause: sc.Pause, Every: sc.Every, PerGoroutine: o.PerGoroutine}
 		cmd, err := workerCommand(lib, cfg)
 		if err != nil {
 			return run, err

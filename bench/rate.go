@@ -1,75 +1,110 @@
 package main
 
 // Rate scenarios: redsem's RateLimit beside go-redis/redis_rate, both
-// GCRA in one Lua script per call. redsem reserves a time and the caller
-// sleeps until it; redis_rate answers "not now, retry after X", so a
-// waiter polls, as its README's Allow loop does. Two scenarios:
-// uncontended Allow (one goroutine, a rate it never reaches) and waiters
-// on one name in several processes at a rate below their demand
-// (multiproc.go's workers, a rate Lib in place of a lock).
+// GCRA in one Lua script per call, and golang.org/x/time/rate, the same
+// in one process's memory, as the floor. redsem reserves a time and the
+// caller sleeps until it; redis_rate answers "not now, retry after X", so
+// a waiter polls, as its README's Allow loop does; x/time/rate reserves
+// in memory and sleeps. Two scenarios: uncontended Allow (one goroutine,
+// a rate it never reaches) and waiters on one name in 8 processes asking
+// at twice the rate (multiproc.go's workers, a rate Lib in place of a
+// lock); x/time/rate, a limit of one process, runs the same goroutines in
+// one process.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"golang.org/x/time/rate"
 
 	"github.com/redsem/redsem/limiter"
 )
 
 var (
 	// allowRate is the uncontended scenario's rate: never reached, so
-	// every Allow is granted and both libraries run their whole script.
+	// every Allow is granted and every library runs its whole script.
 	allowRate = limiter.Rate{Events: 1_000_000, Per: time.Second, Burst: 1_000_000}
-	// waitRate is the contended scenario's rate, below the demand of
-	// RateScenario's goroutines (each asks again as soon as it got one).
+	// waitRate is the contended scenario's rate; RateScenario's
+	// goroutines ask for twice as many events.
 	waitRate = limiter.Rate{Events: 200, Per: time.Second, Burst: 10}
 )
 
-// RateScenario: 4 processes x 8 goroutines wait for events on one name.
-// Limit is huge: the lock analysis (peak holders, violations) does not
-// apply to a rate.
-var RateScenario = MultiScenario{Name: fmt.Sprintf("rate %s, 4 procs x 8 waiting", waitRate), Procs: 4, Goroutines: 8, Limit: 1 << 40}
+// askEvery paces each of RateScenario's goroutines so that together they
+// ask for twice waitRate: procs·goroutines / (2·rate).
+func askEvery(goroutines int) time.Duration {
+	return time.Duration(goroutines) * waitRate.Per / time.Duration(2*waitRate.Events)
+}
+
+// RateScenario: 8 processes x 4 goroutines wait for events on one name,
+// asking at twice the rate (all at the start, then each at most every
+// askEvery: in practice again as soon as it got one, the queue being
+// longer). Limit is huge: the lock analysis (peak holders, violations)
+// does not apply to a rate.
+var RateScenario = MultiScenario{Name: fmt.Sprintf("rate %s, 8 procs x 4 asking at 2x", waitRate), Procs: 8, Goroutines: 4,
+	Limit: 1 << 40, Every: askEvery(32)}
+
+// RateScenarioOneProc is RateScenario's 32 goroutines in one process, for
+// a limiter of one process (x/time/rate).
+var RateScenarioOneProc = MultiScenario{Name: fmt.Sprintf("rate %s, 1 proc x 32 asking at 2x", waitRate), Procs: 1, Goroutines: 32,
+	Limit: 1 << 40, Every: askEvery(32)}
+
+const xrateName = "x/time/rate"
 
 // AllowLibs make one Allow per Locker call on allowRate; a refusal is an
-// error (it must not happen).
+// error (it must not happen). The first is redsem, the second the peer
+// the ratios are to.
 var AllowLibs = []Lib{
-	{Name: "redsem", Config: "RateLimit.Allow, " + allowRate.String() + "; one FCALL", New: redsemAllow},
+	{Name: "redsem RateLimit", Config: "RateLimit.Allow, " + allowRate.String() + "; one FCALL", New: redsemAllow},
 	{Name: "redis_rate", Config: "Limiter.Allow, same rate; one EVALSHA", New: redisRateAllow},
+	{Name: xrateName, Config: "rate.Limiter.Allow, same rate, in this process: no Redis", New: xrateAllow},
 }
 
 // RateMultiLibs wait for one event of waitRate per Locker call, in the
-// workers of RateScenario.
+// workers of RateScenario (x/time/rate: RateScenarioOneProc).
 var RateMultiLibs = []MultiLib{
 	{Lib: Lib{Name: "redsem RateLimit", Config: "RateLimit.Wait: reserve a time, sleep until it (one call per event)",
 		New: redsemWaitRate}, Rate: true},
 	{Lib: Lib{Name: "redis_rate", Config: "Limiter.Allow; when refused, sleep RetryAfter and ask again",
 		New: redisRatePoll}, Rate: true},
-	{Lib: Lib{Name: "floor: paced PING", Config: "no limiter: each goroutine sleeps 32/200 s, then PINGs once (the rate's calls, spread out as redsem's)",
-		New: pacedPing}, Rate: true},
+	{Lib: Lib{Name: xrateName, Config: "rate.Limiter.Wait, one limiter shared by the process's 32 goroutines (no Redis)",
+		New: xrateWait}, Rate: true, OneProcess: true},
 }
 
-// pacedPing is the floor under a rate limiter's cost at this rate: one
-// PING per event, the events spread out as a limiter spreads them (each
-// goroutine starts at a random point of its period), so that Redis wakes
-// up about as often, from idle, with cold caches.
-func pacedPing(p *Proc, _ string) (Locker, error) {
-	every := time.Duration(RateScenario.Goroutines*RateScenario.Procs) * waitRate.Per / time.Duration(waitRate.Events)
-	next := time.Now().Add(rand.N(every))
+// xrates are this process's x/time/rate limiters by name: the goroutines
+// of a worker (each with a Locker of its own) share one.
+var xrates sync.Map
+
+func xrateLimiter(key string, r limiter.Rate) *rate.Limiter {
+	l, _ := xrates.LoadOrStore(key, rate.NewLimiter(rate.Limit(float64(r.Events)/r.Per.Seconds()), int(r.Burst)))
+	return l.(*rate.Limiter)
+}
+
+func xrateAllow(_ *Proc, key string) (Locker, error) {
+	l := xrateLimiter(key, allowRate)
+	return func(context.Context) (Unlock, error) {
+		if !l.Allow() {
+			return nil, errRefused
+		}
+		return noUnlock, nil
+	}, nil
+}
+
+// xrateWait waits with rate.Limiter.Wait, which (as redsem's) reserves
+// nothing past ctx's deadline, the end of the run: the goroutine then
+// sleeps to the end.
+func xrateWait(_ *Proc, key string) (Locker, error) {
+	l := xrateLimiter(key, waitRate)
 	return func(ctx context.Context) (Unlock, error) {
-		t := time.NewTimer(time.Until(next))
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
+		if err := l.Wait(ctx); err != nil {
+			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		next = next.Add(every)
-		return noUnlock, p.RDB.Ping(ctx).Err()
+		return noUnlock, nil
 	}, nil
 }
 
@@ -186,16 +221,19 @@ func RunAllow(ctx context.Context, e *Env, lib Lib, n int) (AllowResult, error) 
 	return AllowResult{Result: r, CPUUsec: after - before}, err
 }
 
-// RunRateMulti runs RateScenario with lib in worker processes.
+// RunRateMulti runs RateScenario with lib in worker processes (o.Procs
+// of them if set), or RateScenarioOneProc in one for a OneProcess lib.
 func RunRateMulti(ctx context.Context, e *Env, lib MultiLib, o MultiOpts) (MultiRun, error) {
+	if lib.OneProcess {
+		o.Procs = 1
+		return RunMulti(ctx, e, RateScenarioOneProc, lib, o)
+	}
 	return RunMulti(ctx, e, RateScenario, lib, o)
 }
 
-// OverRate is the most events granted in any window beyond what r allows
-// in it (Burst + Events·w/Per), from the merged grant times: 0 when the
-// rate held. The grants are timed by the workers after the call returned,
-// so a small excess can be timing noise.
-func (r MultiRun) OverRate(rate limiter.Rate) float64 {
+// grants are the run's grant times (Unix ns), sorted: the workers time an
+// event when its call returned, on the machine's one clock.
+func (r MultiRun) grants() []int64 {
 	var ts []int64
 	for _, rep := range r.Reports {
 		for _, a := range rep.Acqs {
@@ -203,12 +241,52 @@ func (r MultiRun) OverRate(rate limiter.Rate) float64 {
 		}
 	}
 	slices.Sort(ts)
-	perNs := float64(rate.Events) / float64(rate.Per)
-	worst := 0.0
+	return ts
+}
+
+// Lateness is each event's time less its time on the rate's own schedule,
+// in the order of the grants: the first Burst events at the first event,
+// then one every Per/Events (event k at first + (k-Burst+1)·Per/Events).
+// The goroutines all ask at the start and keep asking faster than the
+// rate, so a perfect limiter would grant on that schedule exactly; a late
+// event is time the rate lost, an early one would be over it. The
+// schedule starts at the first event, as the limiter's does (redsem's and
+// redis_rate's at the first call's arrival in Redis): FirstDelay is how
+// long after the run's start that was.
+func (r MultiRun) Lateness(rate limiter.Rate) []time.Duration {
+	ts := r.grants()
+	interval := float64(rate.Per) / float64(rate.Events)
+	out := make([]time.Duration, len(ts))
+	for k, t := range ts {
+		ideal := ts[0] + int64(float64(max(int64(k)-rate.Burst+1, 0))*interval)
+		out[k] = time.Duration(t - ideal)
+	}
+	return out
+}
+
+// FirstDelay is the first event's time after the run's start.
+func (r MultiRun) FirstDelay() time.Duration {
+	if ts := r.grants(); len(ts) > 0 {
+		return time.Duration(ts[0] - r.Start)
+	}
+	return 0
+}
+
+// OverWindows counts the windows [t, t+w] starting at a grant that hold
+// more than Burst + Events·w/Per grants: 0 when the rate held. The grants
+// are timed by the workers after the call returned, so a late reply can
+// make an event look closer to the next one than it was.
+func (r MultiRun) OverWindows(rate limiter.Rate, w time.Duration) int {
+	ts := r.grants()
+	allowed := float64(rate.Burst) + float64(rate.Events)*float64(w)/float64(rate.Per)
+	over, j := 0, 0
 	for i := range ts {
-		for j := i; j < len(ts); j++ {
-			worst = max(worst, float64(j-i+1)-float64(rate.Burst)-perNs*float64(ts[j]-ts[i]))
+		for j < len(ts) && ts[j] <= ts[i]+int64(w) {
+			j++
+		}
+		if float64(j-i) > allowed {
+			over++
 		}
 	}
-	return worst
+	return over
 }
