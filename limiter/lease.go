@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter/internal/store"
 )
@@ -187,11 +190,11 @@ func (l *Lease) applyRefresh(sent time.Time, res store.RefreshResult, j int) err
 // lease ends locally first, whatever Redis answers. The call to Redis is
 // detached from ctx's cancellation and bounded by ReleaseTimeout, so a
 // caller whose ctx already ended still gives the permits back. If Redis
-// fails or does not answer, the error is returned and the Client sends
-// the release again in the background (see resend) until Redis answers,
-// the TTL runs out or the Client closes: the permits come back then at
-// the latest. A lease Redis no longer
-// holds gives ErrNotHeld; another holder's lease is never touched. (A
+// does not answer, or cannot take writes for now (a failover), the error
+// is returned and the Client sends the release again in the background
+// (see resend) until Redis answers, the TTL runs out or the Client
+// closes: the permits come back then at the latest. A lease Redis no
+// longer holds gives ErrNotHeld; another holder's lease is never touched. (A
 // lease that reached its Redis expiry but was not yet swept may release
 // without error: its permits were free for the taking either way.) A
 // nil ctx gives an *ArgumentError and leaves the lease held.
@@ -211,7 +214,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	defer cancel()
 	n, err := bounded(l.sem.c, ctx, func() (int64, error) { return l.sem.release(ctx, l.id, l.token, live) })
 	if err != nil {
-		l.resend(done)
+		if resendable(err) {
+			l.resend(done)
+		} else {
+			done()
+		}
 		return redisError("release", l.sem.name, err)
 	}
 	done()
@@ -219,6 +226,22 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("limiter: release %q lease %s: %w", l.sem.name, l.id, ErrNotHeld)
 	}
 	return nil
+}
+
+// resendable reports whether a failed release may succeed if sent again:
+// Redis did not answer, or answered that it cannot take writes for now (a
+// failover, a load); not a refusal that lasts (an ACL, a script error).
+func resendable(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true
+	}
+	for _, transient := range []string{"READONLY", "LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "MOVED", "ASK"} {
+		if strings.HasPrefix(re.Error(), transient) {
+			return true
+		}
+	}
+	return false
 }
 
 // resendFirst and resendMax pace a release sent again: soon, since on a

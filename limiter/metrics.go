@@ -51,7 +51,7 @@ func NewCollector() *Collector {
 			Name: "redsem_refresh_failures_total", Help: "Refreshes that got no answer from Redis.",
 		}, []string{"name"}),
 		rateEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redsem_rate_events_total", Help: "Rate limit events (Allow, Wait, ReserveN calls) by outcome.",
+			Name: "redsem_rate_events_total", Help: "Rate limit events (Allow, Wait, ReserveN calls) by outcome; canceled: a reserved event's wait given up (counted reserved too).",
 		}, []string{"name", "outcome"}),
 		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "redsem_rate_wait_seconds", Help: "The wait a rate limit gave each reserved event.",

@@ -37,7 +37,8 @@ func (r Rate) String() string {
 // ParseRate reads "N/PERIOD" with an optional " burst B" (as String
 // writes it), PERIOD a time.ParseDuration ("1m", "10s") or a bare unit
 // ("s", "m", "h"): "100/m", "100/1m burst 20". Without a burst it is 1.
-// A malformed or out-of-range rate gives an *ArgumentError naming "rate".
+// A malformed rate gives an *ArgumentError naming "rate"; one out of
+// range names its field ("rate.Per", as Validate).
 func ParseRate(s string) (Rate, error) {
 	bad := func(why string) (Rate, error) { return Rate{}, argError("rate", strconv.Quote(s), why) }
 	body, burst, hasBurst := strings.Cut(strings.TrimSpace(s), " burst ")
@@ -81,6 +82,8 @@ func (r Rate) check(arg string) error {
 		return argError(arg, r, "one event must take at least a microsecond (Per/Events)")
 	case r.Burst < 1 || r.Burst > maxBurst:
 		return argError(arg+".Burst", r.Burst, fmt.Sprintf("must be between 1 and %d", int64(maxBurst)))
+	case r.Burst > int64(maxPer/(r.Per/time.Duration(r.Events))):
+		return argError(arg+".Burst", r.Burst, fmt.Sprintf("must refill within %v (Burst*Per/Events)", maxPer))
 	}
 	return nil
 }
@@ -116,6 +119,11 @@ type RateLimit struct {
 // miniredis, is taken as never restarted). A Redis that may evict keys is
 // refused as for a Semaphore (AllowEviction). A bad name, rate or option gives an *ArgumentError;
 // a Redlock Client gives ErrRatesUnsupported; after Close, ErrClosed.
+//
+// A restart forgets the times already reserved: their events still
+// happen, and the rate after the restart comes on top of them for as far
+// ahead as they were reserved (AcquireTimeout, 10s by default, bounds
+// that; an unbounded wait does not).
 func (c *Client) RateLimit(name string, r Rate, opts ...Option) (*RateLimit, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
@@ -185,6 +193,9 @@ func (rl *RateLimit) WaitN(ctx context.Context, n int64) error {
 // and returns it without sleeping: the caller acts at its Time, or
 // Cancels it. Errors are WaitN's.
 func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error) {
+	if ctx == nil {
+		return nil, argError("ctx", nil, "must not be nil")
+	}
 	rep, err := rl.reserve(ctx, n, rl.maxWait(ctx))
 	if err != nil {
 		return nil, err
@@ -216,8 +227,8 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	switch {
 	case ctx == nil:
 		return store.ReserveReply{}, argError("ctx", nil, "must not be nil")
-	case n < 1 || n > maxBurst:
-		return store.ReserveReply{}, argError("n", n, fmt.Sprintf("must be between 1 and the burst (%d)", rl.rate.Burst))
+	case n < 1:
+		return store.ReserveReply{}, argError("n", n, "must be at least 1")
 	}
 	if err := rl.c.closedErr(); err != nil {
 		return store.ReserveReply{}, err
@@ -310,6 +321,9 @@ func (r *Reservation) Renew(ctx context.Context) (bool, error) {
 // the reservation back where it can (Cancel) and returns ctx's error
 // wrapped; when the Client closes first, the same with ErrClosed.
 func (r *Reservation) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return argError("ctx", nil, "must not be nil")
+	}
 	d := r.Delay()
 	if d == 0 {
 		return nil

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	if r.Careful {
 		careful = "1"
 	}
-	v, err := s.run(ctx, reserveScript, k, r.Rate.Events, r.Rate.Per.Microseconds(), r.Rate.Burst, r.N, maxWait, careful).Slice()
+	v, err := s.run(ctx, reserveScript, k, r.Rate.Events, r.Rate.Per.Nanoseconds(), r.Rate.Burst, r.N, maxWait, careful).Slice()
 	if err != nil {
 		return store.ReserveReply{}, err
 	}
@@ -40,12 +41,17 @@ func (s *Store) Unreserve(ctx context.Context, k store.Keyspace, prev, next stri
 
 // SetRate runs setrate.lua once.
 func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) error {
-	return s.run(ctx, setRateScript, k, r.Events, r.Per.Microseconds(), r.Burst).Err()
+	return s.run(ctx, setRateScript, k, r.Events, r.Per.Nanoseconds(), r.Burst).Err()
 }
 
 // Pause runs pause.lua once.
 func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, channel string) (time.Duration, []string, error) {
-	v, err := s.run(ctx, pauseScript, k, d.Microseconds(), channel).Slice()
+	// Whole µs, rounded up: a pause shorter than one is a pause of one.
+	us := any("lift")
+	if d > 0 {
+		us = (d + time.Microsecond - 1).Microseconds()
+	}
+	v, err := s.run(ctx, pauseScript, k, us, channel).Slice()
 	if err != nil || len(v) == 0 {
 		return 0, nil, err
 	}
@@ -61,7 +67,7 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 	var st store.RateState
 	st.Paused = micros(v[2])
 	if f := strings.Fields(v[1]); len(f) == 3 {
-		st.Fleet = store.Rate{Events: atoi(f[0]), Per: micros(f[1]), Burst: atoi(f[2])}
+		st.Fleet = store.Rate{Events: atoi(f[0]), Per: time.Duration(atoi(f[1])), Burst: atoi(f[2])}
 	}
 	if v[0] != "" {
 		st.Known = true
@@ -77,8 +83,15 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 	return st, nil
 }
 
-// micros reads a reply's whole microseconds.
-func micros(v any) time.Duration { return time.Duration(asInt(v)) * time.Microsecond }
+// micros reads a reply's whole microseconds, saturating past what a
+// Duration holds.
+func micros(v any) time.Duration {
+	us := asInt(v)
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
 
 func atoi(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)

@@ -73,9 +73,12 @@ if #ARGV >= base + 1 then
         if free >= w or w > limit then
           if not fits then
             fits = {}
-            for _, f in ipairs(fitting(now_ms, free, limit)) do
-              fits[f[1]] = true
-              if not granted_before then break end
+            -- Paused: nobody's turn (the head's timer ends the pause).
+            if pause_left(now_ms) == 0 then
+              for _, f in ipairs(fitting(now_ms, free, limit)) do
+                fits[f[1]] = true
+                if not granted_before then break end
+              end
             end
           end
           if fits[ARGV[i]] then r = 2 end

@@ -1,8 +1,9 @@
 -- KEYS[1] rate  STRING tat: µs (server clock), GCRA's theoretical arrival
 --               time; it expires then, when the burst is whole again
--- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua)
--- KEYS[3] fleet STRING "events per_us burst": the rate SetRate stored
--- ARGV: events, per_us, burst (the asking rate), n (the event's cost),
+-- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua;
+--               it outlives the pause, whose end still paces the rate)
+-- KEYS[3] fleet STRING "events per_ns burst": the rate SetRate stored
+-- ARGV: events, per_ns, burst (the asking rate), n (the event's cost),
 --       max_wait_us (-1: no bound), careful (1: see below)
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
 -- from now, and unreserve.lua gives it back while tat is still next;
@@ -24,7 +25,7 @@ else
 end
 local n = tonumber(ARGV[4])
 if n > burst then return {-1, burst} end
-local T = per / events
+local T = per / 1000 / events -- µs
 local now = now_us()
 local tat = tonumber(st[1])
 if not tat and ARGV[6] == '1' then
@@ -37,16 +38,18 @@ end
 tat = math.max(tat or now, now)
 -- A pause leaves the burst empty at its end: the first event goes then,
 -- the others paced after it (an API that answered 429 is not sent a burst
--- the moment it said to come back).
+-- the moment it said to come back), also after the end, until the burst
+-- has refilled. Times are rounded up: a rate may run slow by a µs an
+-- event, never fast.
 local paused = tonumber(st[2] or '0')
-if paused > now then tat = math.max(tat, paused + (burst - 1) * T) end
+tat = math.ceil(math.max(tat, paused + (burst - 1) * T))
 local wait = math.max(tat + (n - burst) * T - now, 0)
 local max_wait = tonumber(ARGV[5])
 if max_wait >= 0 and wait > max_wait then
-  return {0, fmt(wait), paused > now and 1 or 0}
+  return {0, fmt(math.ceil(wait)), paused > now and 1 or 0}
 end
-local nxt = tat + n * T
+local nxt = math.ceil(tat + n * T)
 local prev, nxt_s = fmt(tat), fmt(nxt)
 -- Past tat the burst is whole, which is what no state means too.
 redis.call('SET', KEYS[1], nxt_s, 'PX', fmt(math.ceil((nxt - now) / 1000)))
-return {1, fmt(wait), prev, nxt_s}
+return {1, fmt(math.ceil(wait)), prev, nxt_s}
