@@ -156,7 +156,10 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // comes back at the rule's TTL. The task returns what the handler
 // returned: neither a lost lease nor a failed release turns a handler's
 // success into a failure. A *PauseError the handler returns pauses its
-// rules' rates and becomes a *BusyError (see PauseError).
+// rules and becomes a *BusyError (see PauseError). A task whose wait
+// for a permit runs out while its rule is paused (limiter.Inspector.Pause
+// holds semaphores too) comes back at the pause's end: its *BusyError has
+// Paused set and RetryIn until then.
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if client == nil {
 		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
