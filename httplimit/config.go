@@ -76,9 +76,9 @@ type TransportConfig struct {
 	// process (a limiter.RateLimit): "100 per minute, burst 10" is
 	// limiter.Rate{Events: 100, Per: time.Minute, Burst: 10}. With Limit,
 	// both hold: a request takes its rate slot first, then its permit
-	// (see RoundTrip). A Transport with a Rate also pauses the key when
-	// the upstream says so (PauseOnRetryAfter). Limit or Rate is
-	// required.
+	// (see RoundTrip). Limit or Rate is required. Either way, a
+	// Transport pauses the key when the upstream says so
+	// (PauseOnRetryAfter).
 	Rate limiter.Rate
 	// Key picks a request's semaphore and rate limit; a request for which
 	// it returns ok == false is sent at once, uncapped. Default: the
@@ -118,7 +118,7 @@ func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
-// PauseOnRetryAfter bounds the pause a Transport with a Rate sets when
+// PauseOnRetryAfter bounds the pause a Transport sets when
 // the upstream answers 429 Too Many Requests or 503 Service Unavailable
 // with a Retry-After header (default 5 minutes, at most 24 hours, the
 // limiter's bound on a pause); 0 turns pausing off. See

@@ -31,15 +31,18 @@ import (
 // not had (the rate is never exceeded). A slot further off than
 // AcquireTimeout allows (or than the request's deadline) is not taken:
 // the request is answered BusyStatus with a Retry-After of that wait, as
-// below. A paused name (limiter.Inspector.Pause) gives no slot before the
-// pause ends.
+// below.
 //
 // A request waits for its permit up to AcquireTimeout (or not at all when
 // AcquireTimeout is negative). If none frees in time, it is answered
 // BusyStatus (429 by default) with a Retry-After header: the seconds
 // until the earliest lease of the semaphore expires, or until the rate
 // slot (limiter.BusyError's RetryIn, rounded up, at least 1), and the
-// handler does not run. A request whose own context ends while it waits
+// handler does not run. A paused name (limiter.Inspector.Pause, e.g. by
+// a Transport that heard 429 upstream) gives no slot and no new permit
+// before the pause ends: a request still waiting when AcquireTimeout
+// runs out is answered the same, its Retry-After until the pause's end.
+// A request whose own context ends while it waits
 // (the client went away; a slot it sleeps for is given back where
 // limiter.Reservation.Cancel can), a Redis failure and a closed client
 // are answered 503 Service Unavailable without Retry-After (the latter

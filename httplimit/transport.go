@@ -81,18 +81,21 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // In each case nothing is held, the request's body is closed and nothing
 // is sent: a Transport never sends a request Redis did not let through.
 //
-// With a Rate, a response 429 Too Many Requests or 503 Service
-// Unavailable with a Retry-After header (seconds, or an HTTP date)
-// pauses the key for every process (limiter.Inspector.Pause) for as long
-// as it asks, at most PauseOnRetryAfter's bound (5 minutes by default):
-// later requests get slots after the pause, paced by the rate from there,
-// and a request whose wait would outlast AcquireTimeout fails at once as
-// above. A pause already longer stays. No Retry-After, a malformed one or
+// A response 429 Too Many Requests or 503 Service Unavailable with a
+// Retry-After header (seconds, or an HTTP date) pauses the key for every
+// process (limiter.Inspector.Pause) for as long as it asks, at most
+// PauseOnRetryAfter's bound (5 minutes by default), with a Rate, a Limit
+// or both: later requests get slots after the pause, paced by the rate
+// from there, and a request whose slot would come after AcquireTimeout
+// fails at once as above; the semaphore grants no new permit before the
+// end (waiters are served in order from then), so a request still
+// waiting when AcquireTimeout runs out fails with the semaphore's
+// *limiter.BusyError, Paused set and RetryIn until the end (at once when
+// AcquireTimeout is negative). A pause already longer stays. No Retry-After, a malformed one or
 // one already past pauses nothing. The Pause call (one round trip before
 // RoundTrip returns) is detached from the request's cancellation and
 // bounded by 2s; a Redis failure there is logged. The response is
-// returned to the caller unchanged in every case. Without a Rate nothing
-// is paused: a semaphore does not read pauses.
+// returned to the caller unchanged in every case.
 //
 // The permit is released once: when the base transport fails, or when
 // the response body is read to io.EOF, fails, or is closed, whichever
