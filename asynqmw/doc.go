@@ -62,11 +62,11 @@
 // A slot whose permits came late is not used late: an event delayed past
 // its slot would bunch with the ones after it and break the rate (ten
 // slots 100ms apart whose permits all free at once would start together).
-// A handler that would start more than 20ms after its slot takes an
-// event now instead, when the rate has room (one more call); when it has
-// none, the task gives its permits back and reserves anew. So in any
-// window of length w a rule's handlers start at most Burst + Events*(w +
-// 20ms)/Per times.
+// A handler that would start more than limiter.Lateness (20ms) after its
+// slot takes an event now instead, when the rate has room (one more call:
+// limiter.Reservation.Renew); when it has none, the task gives its
+// permits back and reserves anew. So in any window of length w a rule's
+// handlers start at most Burst + Events*(w + 20ms)/Per times.
 //
 // # Pauses
 //

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -197,7 +196,7 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 }
 
 // limiterOptions sets the options of r's semaphores and rate limits and
-// checks them, and r's Limit and Rate, with the limiter (nothing is sent
+// checks them, and r's Limit, with the limiter (nothing is sent
 // to Redis). The rule's TTL and an unbounded AcquireTimeout come after
 // the user's limiter options, so they win: waits are bounded here.
 func (m *middleware) limiterOptions(r *rule) error {
@@ -209,11 +208,9 @@ func (m *middleware) limiterOptions(r *rule) error {
 		}
 	}
 	if r.hasRate() {
+		// validate checked the rate: what is left to refuse is an option,
+		// a Redlock client or a closed one.
 		if _, err := m.client.RateLimit(r.Name, r.Rate, r.rateOpts...); err != nil {
-			var arg *limiter.ArgumentError
-			if errors.As(err, &arg) && strings.HasPrefix(arg.Arg, "rate") {
-				arg.Arg = fmt.Sprintf("rules[%d].Rate%s", r.index, strings.TrimPrefix(arg.Arg, "rate"))
-			}
 			return fmt.Errorf("asynqmw: rules[%d]: %w", r.index, err)
 		}
 	}

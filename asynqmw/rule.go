@@ -2,6 +2,7 @@ package asynqmw
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -157,6 +158,9 @@ func validate(rules []Rule) ([]*rule, error) {
 		case r.KeyLimit != nil && r.Key == nil:
 			return nil, ruleError(i, "Key", nil, "must be set when KeyLimit is")
 		}
+		if err := validRate(i, r.Rate); err != nil {
+			return nil, err
+		}
 		if l, seen := limits[r.Name]; seen && l != r.Limit {
 			return nil, ruleError(i, "Limit", r.Limit, fmt.Sprintf("differs from %d of another rule named %q", l, r.Name))
 		}
@@ -191,4 +195,19 @@ func validate(rules []Rule) ([]*rule, error) {
 		}
 	}
 	return out, nil
+}
+
+// validRate checks the i-th rule's Rate (limiter.Rate.Validate), if it
+// has one, naming the field: the limiter's "rate.Burst" is
+// rules[i].Rate.Burst.
+func validRate(i int, rt limiter.Rate) error {
+	if rt == (limiter.Rate{}) {
+		return nil
+	}
+	err := rt.Validate()
+	var arg *limiter.ArgumentError
+	if errors.As(err, &arg) {
+		return ruleError(i, "Rate"+strings.TrimPrefix(arg.Arg, "rate"), arg.Value, arg.Reason)
+	}
+	return err
 }
