@@ -160,8 +160,9 @@ type caps struct {
 }
 
 // newCommon validates what both configs have and makes the gate cache.
-// Probes (Client.Semaphore and Client.RateLimit send nothing to Redis)
-// report a bad name, limit, rate or limiter option, or a closed client,
+// limiter.Rate.Validate checks the rate; probes (Client.Semaphore and
+// Client.RateLimit send nothing to Redis) report a bad name, limit or
+// limiter option, a Redlock client for a rate, or a closed client,
 // now rather than on the first request; a bad Name, Limit or Rate as a
 // *limiter.ArgumentError naming the config's field.
 func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
@@ -204,6 +205,11 @@ func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.Optio
 	// lets through only a slot that is now.
 	rateOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, time.Nanosecond)))
 	if hasRate {
+		if err := c.rate.Validate(); err != nil {
+			return nil, err // "rate.Burst": configError makes it Rate.Burst
+		}
+		// A valid rate: what is left to refuse is an option, a Redlock
+		// client or a closed one.
 		if _, err := client.RateLimit(c.name, c.rate, rateOpts...); err != nil {
 			return nil, err
 		}

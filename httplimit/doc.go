@@ -54,7 +54,11 @@
 // only sleeping; AcquireTimeout bounds both waits together, and a slot
 // further off is not taken (the request fails at once, or is answered
 // 429 with the wait as Retry-After). A slot once taken counts, also when
-// no permit follows: the rate is never exceeded. A Transport (with a
+// no permit follows: the rate is never exceeded. A permit that comes late
+// for its slot (more than limiter.Lateness) is not used with it: the
+// request takes an event now when the rate has room, else gives the
+// permit back and reserves anew, so that late requests do not bunch. A
+// Transport (with a
 // Rate, a Limit or both) pauses the name (limiter.Inspector.Pause) when
 // the upstream answers 429 or 503 with Retry-After, for as long as it
 // asks, at most 5 minutes (PauseOnRetryAfter sets the bound, or turns it

@@ -68,15 +68,19 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // AcquireTimeout. A slot further off than what is left of it (or past the
 // request's deadline) is not taken: RoundTrip fails at once with an error
 // wrapping the rate's *limiter.BusyError (Rate set; Paused when the key
-// is paused; RetryIn how long the wait would have been).
+// is paused; RetryIn how long the wait would have been). A permit that
+// comes more than limiter.Lateness after the slot is not used with it
+// (the request would bunch with those reserved after it): the request
+// takes an event now when the rate has room (limiter.Reservation.Renew),
+// else gives the permit back and reserves anew with what is left of
+// AcquireTimeout, failing as above when that slot is further off.
 //
 // The wait ends with the request's context (RoundTrip returns an error
 // wrapping its cause; a slot being slept for is given back where
-// limiter.Reservation.Cancel can), after AcquireTimeout (an error
+// limiter.Reservation.Wait can), after AcquireTimeout (an error
 // wrapping a *limiter.BusyError, which matches limiter.ErrBusy and, after
 // a wait, limiter.ErrTimeout), or when the limiter Client closes
-// (limiter.ErrClosed; a rate sleep in progress ends at its slot, not at
-// Close); a Redis failure is returned wrapped, whether reserving the slot
+// (limiter.ErrClosed, also during a rate sleep); a Redis failure is returned wrapped, whether reserving the slot
 // or acquiring the permit (a failed reservation may have been counted).
 // In each case nothing is held, the request's body is closed and nothing
 // is sent: a Transport never sends a request Redis did not let through.
