@@ -62,21 +62,23 @@
 // A slot whose permits came late is not used late: an event delayed past
 // its slot would bunch with the ones after it and break the rate (ten
 // slots 100ms apart whose permits all free at once would start together).
-// A handler that would start more than 20ms after its slot takes an
-// event now instead, when the rate has room (one more call); when it has
-// none, the task gives its permits back and reserves anew. So in any
-// window of length w a rule's handlers start at most Burst + Events*(w +
-// 20ms)/Per times.
+// A handler that would start more than limiter.Lateness (20ms) after its
+// slot takes an event now instead, when the rate has room (one more call:
+// limiter.Reservation.Renew); when it has none, the task gives its
+// permits back and reserves anew. So in any window of length w a rule's
+// handlers start at most Burst + Events*(w + 20ms)/Per times.
 //
 // # Pauses
 //
 // A handler that hears "slow down" (a 429 with Retry-After) returns
 // Pause(d, err) (or a *PauseError naming one rule): the middleware pauses
-// the task's rules that have a Rate, in Redis (limiter.Inspector.Pause),
-// so that no worker's task of them gets a slot before the pause ends,
-// and the task is re-queued at the pause's end without spending a retry,
-// as BullMQ's RateLimitError. A rule to be paused needs a Rate (a
-// generous one costs one call to Redis per task).
+// the task's rules, in Redis (limiter.Inspector.Pause), whether they have
+// a Rate, a Limit or both, so that no worker's task of them gets a slot
+// or a new permit before the pause ends (waiting tasks are served in
+// order from then), and the task is re-queued at the pause's end without
+// spending a retry, as BullMQ's RateLimitError. A task whose wait runs
+// out during a pause set elsewhere is re-queued for the pause's end too
+// (a *BusyError with Paused set).
 //
 // IsFailure and RetryDelay are the one way this module's asynq
 // middlewares talk to asynq's retries: scheduler.Adopt returns the same

@@ -66,9 +66,9 @@ func ExampleNew() {
 }
 
 // A handler that hears 429 from the partner returns asynqmw.Pause: every
-// worker's tasks of the rule wait out the Retry-After (the rule needs a
-// Rate: the pause is the rate's), and this task comes back at the end
-// without spending a retry.
+// worker's tasks of the rule wait out the Retry-After (its rate gives no
+// slot, and its semaphore no permit, before the end), and this task comes
+// back at the end without spending a retry.
 func ExamplePause() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
 	defer rdb.Close()

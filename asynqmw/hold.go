@@ -95,11 +95,33 @@ func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*lim
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
 		if errors.Is(err, errGateTimeout) {
+			if busy := m.pausedPermit(ctx, g, err); busy != nil {
+				return nil, busy
+			}
 			return nil, m.timedOut(g, err)
 		}
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
 	return lease, nil
+}
+
+// pausedPermit is the *BusyError of a task whose wait for a permit of g
+// ran out while g's name is paused (limiter.Inspector.Pause: its
+// semaphore grants nothing new until then), or nil when it is not: the
+// task comes back at the pause's end (spread over [1, 1½)×), as for a
+// paused rate, rather than after AcquireTimeout to find it still paused.
+// The semaphore's wait does not say why it ended, so the pause is read
+// from Redis: one call, on this path only, bounded by pauseTimeout; if it
+// fails, the task is re-queued as for a full semaphore.
+func (m *middleware) pausedPermit(ctx context.Context, g gate, err error) *BusyError {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+	defer cancel()
+	st, rerr := m.client.Inspector().Rate(ctx, g.name)
+	if rerr != nil || st.Paused <= 0 {
+		return nil
+	}
+	m.opts.metrics.requeued(g.r.Name)
+	return &BusyError{Semaphore: g.name, RetryIn: later(max(st.Paused, minRetryIn)), Paused: true, Err: err}
 }
 
 // run runs fn under the lease (see limiter.Lease.Run), which releases it

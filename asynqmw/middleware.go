@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -156,7 +155,10 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // comes back at the rule's TTL. The task returns what the handler
 // returned: neither a lost lease nor a failed release turns a handler's
 // success into a failure. A *PauseError the handler returns pauses its
-// rules' rates and becomes a *BusyError (see PauseError).
+// rules and becomes a *BusyError (see PauseError). A task whose wait
+// for a permit runs out while its rule is paused (limiter.Inspector.Pause
+// holds semaphores too) comes back at the pause's end: its *BusyError has
+// Paused set and RetryIn until then.
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if client == nil {
 		return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "client", Value: nil, Reason: "must not be nil"})
@@ -194,7 +196,7 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 }
 
 // limiterOptions sets the options of r's semaphores and rate limits and
-// checks them, and r's Limit and Rate, with the limiter (nothing is sent
+// checks them, and r's Limit, with the limiter (nothing is sent
 // to Redis). The rule's TTL and an unbounded AcquireTimeout come after
 // the user's limiter options, so they win: waits are bounded here.
 func (m *middleware) limiterOptions(r *rule) error {
@@ -206,11 +208,9 @@ func (m *middleware) limiterOptions(r *rule) error {
 		}
 	}
 	if r.hasRate() {
+		// validate checked the rate: what is left to refuse is an option,
+		// a Redlock client or a closed one.
 		if _, err := m.client.RateLimit(r.Name, r.Rate, r.rateOpts...); err != nil {
-			var arg *limiter.ArgumentError
-			if errors.As(err, &arg) && strings.HasPrefix(arg.Arg, "rate") {
-				arg.Arg = fmt.Sprintf("rules[%d].Rate%s", r.index, strings.TrimPrefix(arg.Arg, "rate"))
-			}
 			return fmt.Errorf("asynqmw: rules[%d]: %w", r.index, err)
 		}
 	}

@@ -19,33 +19,33 @@ const pauseTimeout = time.Second
 // PauseError is what a handler returns to stop its rule's calls for every
 // worker process for a while: the partner answered 429 with a
 // Retry-After, or asked to back off. New's middleware pauses, in Redis,
-// the rate of each rule of the task that has a Rate (of the task's key,
-// for a Key rule), or only of the rule named Rule, for For
-// (limiter.Inspector.Pause: no worker's task gets a slot of it before the
-// pause ends, and they are paced from then on, with no burst). The task
-// is then re-queued at the pause's end without spending a retry: it
-// returns a *BusyError with Paused set, wrapping the PauseError.
+// every rule of the task (of the task's key, for a Key rule), whether it
+// has a Rate, a Limit or both, or only the rule named Rule, for For
+// (limiter.Inspector.Pause: the name's semaphore grants no worker a new
+// permit and its rate gives no task a slot before the pause ends; waiting
+// tasks are served in order from then on, and a rate paces them with no
+// burst). The task is then re-queued at the pause's end without spending
+// a retry: it returns a *BusyError with Paused set, wrapping the
+// PauseError.
 //
-// A pause is a rate's: a task none of whose rules has a Rate (or none
-// named Rule) pauses nothing in Redis, is re-queued after For all the
-// same, and the mistake is logged. If Redis cannot be told (within 1s),
-// the failure is logged and the task re-queued after For: only it waits.
-// A pause never shortens a longer one already set. On a task's last try
-// asynq archives it whatever it returns; the pause is set all the same.
-// With MaxGated, pauses count as gated time. Returned other than through
-// the middleware, it is a failure like any error.
+// A PauseError that names a Rule none of the task's rules has pauses
+// nothing in Redis, is re-queued after For all the same, and the mistake
+// is logged. If Redis cannot be told (within 1s), the failure is logged
+// and the task re-queued after For: only it waits. A pause never shortens
+// a longer one already set. On a task's last try asynq archives it
+// whatever it returns; the pause is set all the same. With MaxGated,
+// pauses count as gated time. Returned other than through the middleware,
+// it is a failure like any error.
 type PauseError struct {
 	// For is how long to pause, clamped to [100ms, 24h].
 	For time.Duration
-	// Rule names the rule to pause; "" pauses every rule of the task that
-	// has a Rate.
+	// Rule names the rule to pause; "" pauses every rule of the task.
 	Rule string
 	// Err says why (e.g. the 429); Unwrap returns it. It may be nil.
 	Err error
 }
 
-// Pause returns a *PauseError that pauses the rates of the task's rules
-// for d, with err as the reason (nil for none): return it from a handler,
+// Pause returns a *PauseError that pauses every rule of the task for d, with err as the reason (nil for none): return it from a handler,
 // e.g. on a 429 with its Retry-After.
 func Pause(d time.Duration, err error) error { return &PauseError{For: d, Err: err} }
 
@@ -74,7 +74,7 @@ func (m *middleware) pause(ctx context.Context, t *asynq.Task, gs []gate, pe *Pa
 	defer cancel()
 	var names []string
 	for _, g := range gs {
-		if !g.r.hasRate() || pe.Rule != "" && pe.Rule != g.r.Name {
+		if pe.Rule != "" && pe.Rule != g.r.Name {
 			continue
 		}
 		names = append(names, g.name)
@@ -87,7 +87,7 @@ func (m *middleware) pause(ctx context.Context, t *asynq.Task, gs []gate, pe *Pa
 		busy.RetryIn = max(busy.RetryIn, left)
 	}
 	if len(names) == 0 {
-		m.opts.logger.Warn("asynqmw: a handler asked for a pause, but no rule of its task with a Rate matches it: nothing paused",
+		m.opts.logger.Warn("asynqmw: a handler asked for a pause, but no rule of its task matches it: nothing paused",
 			"task", t.Type(), "rule", pe.Rule)
 		names = []string{"task " + t.Type()}
 	}

@@ -4,25 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redsem/redsem/limiter"
 )
 
-// maxSlotLateness is how long after its rate slot a handler may start and
-// still count as that slot's event. A handler that starts later (its
-// permits came late) would bunch with the events after it: in any window
-// of length w the rule's handlers start at most Burst + Events*(w +
-// maxSlotLateness)/Per times. It is above what an uncontended permit
-// costs (a round trip), so that the common case spends no second call.
-const maxSlotLateness = 20 * time.Millisecond
-
 // slot is the time a task reserved of one gate's rate.
 type slot struct {
 	g   gate
-	rl  *limiter.RateLimit
-	res *limiter.Reservation // nil once replaced by an event now (current)
-	at  time.Time
+	res *limiter.Reservation
 }
 
 // reserve reserves a slot of every gate with a rate, in the gates' order,
@@ -46,7 +37,7 @@ func (m *middleware) reserve(wait context.Context, gs []gate) ([]slot, error) {
 			return nil, m.rateError(wait, g, err)
 		}
 		m.opts.metrics.rateWaited(g.r.Name, res.Delay())
-		slots = append(slots, slot{g: g, rl: rl, res: res, at: res.Time()})
+		slots = append(slots, slot{g: g, res: res})
 	}
 	return slots, nil
 }
@@ -70,72 +61,65 @@ func (m *middleware) rateError(wait context.Context, g gate, err error) error {
 	return fmt.Errorf("asynqmw: %s: %w", g.name, err)
 }
 
-// sleep waits for the latest of the slots. If wait ends first it gives
-// them back and returns what ended it: a *BusyError when the task's wait
-// ran out, else the error wrapping the context's cause.
+// sleep waits for the latest of the slots (limiter.Reservation.Wait).
+// If wait ends first it gives them back and returns what ended it: a
+// *BusyError when the task's wait ran out, else the error wrapping the
+// context's cause (or limiter.ErrClosed when the Client closed).
 func (m *middleware) sleep(wait context.Context, slots []slot) error {
 	if len(slots) == 0 {
 		return nil
 	}
-	last := slots[0]
-	for _, s := range slots {
-		if s.at.After(last.at) {
-			last = s
+	last := 0
+	for i, s := range slots {
+		if s.res.Time().After(slots[last].res.Time()) {
+			last = i
 		}
 	}
-	d := time.Until(last.at)
-	if d <= 0 {
+	err := slots[last].res.Wait(wait)
+	if err == nil {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-wait.Done():
-		m.giveBack(slots)
-		if cause := context.Cause(wait); errors.Is(cause, errGateTimeout) {
-			busy := m.timedOut(last.g, cause)
-			busy.Rate = true
-			return busy
-		}
-		return fmt.Errorf("asynqmw: wait for a rate slot: %w", context.Cause(wait))
+	// Wait gave the latest back where it could; a second Cancel might
+	// take the time of a task that reserved after it.
+	m.opts.metrics.slotUnused(slots[last].g.r.Name)
+	m.giveBack(slices.Delete(slices.Clone(slots), last, last+1))
+	if errors.Is(err, errGateTimeout) {
+		busy := m.timedOut(slots[last].g, err)
+		busy.Rate = true
+		return busy
 	}
+	return fmt.Errorf("asynqmw: wait for a rate slot: %w", err)
 }
 
-// current makes every slot current before the handler starts: a slot
-// that the permits made later than maxSlotLateness is replaced by an
-// event now, when its rate has room now (one call to Redis). It reports
-// false when one has none: the task must give its permits back and
-// reserve anew, never holding them while it waits for a slot. A Redis
-// failure is returned wrapped.
+// current makes every slot current before the handler starts
+// (limiter.Reservation.Renew): a slot that the permits made later than
+// limiter.Lateness is replaced by an event now, when its rate has room
+// now (one call to Redis). It reports false when one has none: the task
+// must give its permits back and reserve anew, never holding them while
+// it waits for a slot. A Redis failure is returned wrapped.
 func (m *middleware) current(ctx context.Context, slots []slot) (bool, error) {
-	for i := range slots {
-		s := &slots[i]
-		if time.Since(s.at) <= maxSlotLateness {
-			continue
+	for _, s := range slots {
+		if time.Since(s.res.Time()) > limiter.Lateness {
+			m.opts.metrics.slotUnused(s.g.r.Name)
 		}
-		m.opts.metrics.slotUnused(s.g.r.Name)
-		ok, err := s.rl.Allow(ctx)
+		ok, err := s.res.Renew(ctx)
 		if err != nil {
 			return false, fmt.Errorf("asynqmw: %s: %w", s.g.name, err)
 		}
 		if !ok {
 			return false, nil
 		}
-		s.res, s.at = nil, time.Now()
 	}
 	return true, nil
 }
 
 // giveBack cancels the slots that have not come yet, so that a later
 // task may have them (the limiter does when nothing was reserved after
-// them); the others are spent unused, which only slows the rate.
+// them); the others are spent unused, which only slows the rate. A slot
+// renewed (current) has come: Cancel leaves it.
 func (m *middleware) giveBack(slots []slot) {
 	for _, s := range slots {
 		m.opts.metrics.slotUnused(s.g.r.Name)
-		if s.res != nil {
-			_, _ = s.res.Cancel(context.Background()) // bounded by ReleaseTimeout
-		}
+		_, _ = s.res.Cancel(context.Background()) // bounded by ReleaseTimeout
 	}
 }

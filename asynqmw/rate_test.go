@@ -79,7 +79,7 @@ func rateWorker() int {
 
 // Two worker processes share a rule's rate and its limit: by the Redis
 // server's clock, no window of 1s holds more handler starts than Burst +
-// Events (plus what maxSlotLateness allows: none at 20/s), the limit
+// Events (plus what limiter.Lateness allows: none at 20/s), the limit
 // holds, and tasks the rate re-queued spent no retry.
 func TestRateAcrossProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -253,7 +253,7 @@ func TestLatePermitTakesNewSlot(t *testing.T) {
 	}
 	slices.Sort(starts)
 	// One event's time is 200ms; a start may be up to 20ms late for its
-	// slot (asynqmw's maxSlotLateness), and timers a little more.
+	// slot (limiter.Lateness), and timers a little more.
 	const window = 150 * time.Millisecond
 	if most := mostInWindow(starts, window); most > 1 {
 		t.Fatalf("%d starts within %v at 5/s burst 1 (starts at %v µs)", most, window, starts)

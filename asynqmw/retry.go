@@ -31,10 +31,12 @@ type BusyError struct {
 	// it to the rule's AcquireTimeout (at least 100ms), jittered to
 	// [½, 1½)× so that re-queued tasks do not come back together; when a
 	// rate's slot is too far off, to that slot's wait, spread over
-	// [1, 1½)×; for a pause, to the pause's end.
+	// [1, 1½)×; for a pause, to the pause's end (spread likewise when the
+	// task found its rule paused).
 	RetryIn time.Duration
 	// Rate: the rule's rate (not its permits) was busy. Paused: the
-	// rate is paused, or the task's handler paused it (PauseError).
+	// rule's name (its rate, or its semaphore) is paused, or the task's
+	// handler paused it (PauseError).
 	Rate, Paused bool
 	// Since is when the task's busy re-queues began, with MaxGated (else
 	// zero); Exceeded says that is longer ago than MaxGated allows, which

@@ -2,6 +2,7 @@ package asynqmw
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -55,7 +56,8 @@ type Rule struct {
 	// ("10/s burst 5" is limiter.Rate{Events: 10, Per: time.Second,
 	// Burst: 5}). Its wait counts in AcquireTimeout; a rate stored with
 	// limiter.Inspector.SetRate overrides it; a pause
-	// (limiter.Inspector.Pause, or a handler's PauseError) stops it. A
+	// (limiter.Inspector.Pause, or a handler's PauseError) stops it, as
+	// it stops the rule's semaphore (with or without a Rate). A
 	// bad rate makes New return a *limiter.ArgumentError naming
 	// rules[i].Rate; a Redlock client, limiter.ErrRatesUnsupported.
 	Rate limiter.Rate
@@ -156,6 +158,9 @@ func validate(rules []Rule) ([]*rule, error) {
 		case r.KeyLimit != nil && r.Key == nil:
 			return nil, ruleError(i, "Key", nil, "must be set when KeyLimit is")
 		}
+		if err := validRate(i, r.Rate); err != nil {
+			return nil, err
+		}
 		if l, seen := limits[r.Name]; seen && l != r.Limit {
 			return nil, ruleError(i, "Limit", r.Limit, fmt.Sprintf("differs from %d of another rule named %q", l, r.Name))
 		}
@@ -190,4 +195,19 @@ func validate(rules []Rule) ([]*rule, error) {
 		}
 	}
 	return out, nil
+}
+
+// validRate checks the i-th rule's Rate (limiter.Rate.Validate), if it
+// has one, naming the field: the limiter's "rate.Burst" is
+// rules[i].Rate.Burst.
+func validRate(i int, rt limiter.Rate) error {
+	if rt == (limiter.Rate{}) {
+		return nil
+	}
+	err := rt.Validate()
+	var arg *limiter.ArgumentError
+	if errors.As(err, &arg) {
+		return ruleError(i, "Rate"+strings.TrimPrefix(arg.Arg, "rate"), arg.Value, arg.Reason)
+	}
+	return err
 }

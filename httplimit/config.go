@@ -76,9 +76,9 @@ type TransportConfig struct {
 	// process (a limiter.RateLimit): "100 per minute, burst 10" is
 	// limiter.Rate{Events: 100, Per: time.Minute, Burst: 10}. With Limit,
 	// both hold: a request takes its rate slot first, then its permit
-	// (see RoundTrip). A Transport with a Rate also pauses the key when
-	// the upstream says so (PauseOnRetryAfter). Limit or Rate is
-	// required.
+	// (see RoundTrip). Limit or Rate is required. Either way, a
+	// Transport pauses the key when the upstream says so
+	// (PauseOnRetryAfter).
 	Rate limiter.Rate
 	// Key picks a request's semaphore and rate limit; a request for which
 	// it returns ok == false is sent at once, uncapped. Default: the
@@ -118,7 +118,7 @@ func LimiterOptions(opts ...limiter.Option) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
-// PauseOnRetryAfter bounds the pause a Transport with a Rate sets when
+// PauseOnRetryAfter bounds the pause a Transport sets when
 // the upstream answers 429 Too Many Requests or 503 Service Unavailable
 // with a Retry-After header (default 5 minutes, at most 24 hours, the
 // limiter's bound on a pause); 0 turns pausing off. See
@@ -160,8 +160,9 @@ type caps struct {
 }
 
 // newCommon validates what both configs have and makes the gate cache.
-// Probes (Client.Semaphore and Client.RateLimit send nothing to Redis)
-// report a bad name, limit, rate or limiter option, or a closed client,
+// limiter.Rate.Validate checks the rate; probes (Client.Semaphore and
+// Client.RateLimit send nothing to Redis) report a bad name, limit or
+// limiter option, a Redlock client for a rate, or a closed client,
 // now rather than on the first request; a bad Name, Limit or Rate as a
 // *limiter.ArgumentError naming the config's field.
 func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
@@ -204,6 +205,11 @@ func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.Optio
 	// lets through only a slot that is now.
 	rateOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, time.Nanosecond)))
 	if hasRate {
+		if err := c.rate.Validate(); err != nil {
+			return nil, err // "rate.Burst": configError makes it Rate.Burst
+		}
+		// A valid rate: what is left to refuse is an option, a Redlock
+		// client or a closed one.
 		if _, err := client.RateLimit(c.name, c.rate, rateOpts...); err != nil {
 			return nil, err
 		}

@@ -13,12 +13,12 @@
 //	})
 //	http.ListenAndServe(addr, mw(mux))
 //
-//	// Client: at most 4 requests in flight per upstream host.
+//	// Client: at most 4 requests in flight per upstream host; a 429 or
+//	// 503 with Retry-After pauses the host for every process.
 //	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "outbound", Limit: 4})
 //	hc := &http.Client{Transport: rt}
 //
-//	// Client: and at most 100 per minute (bursts of 10); a 429 or 503
-//	// with Retry-After pauses the host for every process.
+//	// Client: and at most 100 per minute (bursts of 10).
 //	rt, err = httplimit.NewTransport(lc, httplimit.TransportConfig{Name: "api", Limit: 4,
 //		Rate: limiter.Rate{Events: 100, Per: time.Minute, Burst: 10}})
 //
@@ -54,11 +54,16 @@
 // only sleeping; AcquireTimeout bounds both waits together, and a slot
 // further off is not taken (the request fails at once, or is answered
 // 429 with the wait as Retry-After). A slot once taken counts, also when
-// no permit follows: the rate is never exceeded. A Transport with a Rate
-// pauses the name (limiter.Inspector.Pause) when the upstream answers 429
-// or 503 with Retry-After, for as long as it asks, at most 5 minutes
-// (PauseOnRetryAfter sets the bound, or turns it off), so that no process
-// sends before the upstream said to.
+// no permit follows: the rate is never exceeded. A permit that comes late
+// for its slot (more than limiter.Lateness) is not used with it: the
+// request takes an event now when the rate has room, else gives the
+// permit back and reserves anew, so that late requests do not bunch. A
+// Transport (with a
+// Rate, a Limit or both) pauses the name (limiter.Inspector.Pause) when
+// the upstream answers 429 or 503 with Retry-After, for as long as it
+// asks, at most 5 minutes (PauseOnRetryAfter sets the bound, or turns it
+// off): its rate gives no slot and its semaphore no new permit before
+// the end, so that no process sends before the upstream said to.
 //
 // # Semaphores
 //

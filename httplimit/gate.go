@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/redsem/redsem/limiter"
@@ -19,60 +18,79 @@ import (
 // then gets no permit (busy, cancelled, a Redis failure) has spent it, so
 // the rate is never exceeded, at the price of a slot unused. A request
 // whose context ends while it sleeps gives its slot back where it can
-// (limiter.Reservation.Cancel: nothing was reserved after it) and fails
-// with the context's cause.
+// (limiter.Reservation.Wait) and fails with the context's cause.
+//
+// A permit that came more than limiter.Lateness after the slot is not
+// used with that slot: the request would bunch with the ones reserved
+// after it (several slots 100ms apart whose permit frees at once would
+// all be sent together). limiter.Reservation.Renew takes an event now
+// instead when the rate has room; when it has none, the permit is given
+// back and the request reserves anew with what is left of
+// AcquireTimeout, or fails with the rate's *limiter.BusyError when its
+// next slot is further off than that.
 func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.AcquireOption) (*limiter.Lease, error) {
 	start := time.Now()
-	sem, try := g.sem, c.acquireTimeout < 0
-	if g.rl != nil {
-		slept, err := sleepUntilSlot(ctx, g.rl)
+	rl, sem, try := g.rl, g.sem, c.acquireTimeout < 0
+	for again := false; ; again = true {
+		var res *limiter.Reservation
+		if rl != nil {
+			var err error
+			if res, err = rl.ReserveN(ctx, 1); err != nil {
+				return nil, err
+			}
+			slept := res.Delay() > 0
+			if err := res.Wait(ctx); err != nil {
+				return nil, err
+			}
+			if slept || again {
+				// The permit's wait gets what is left of AcquireTimeout
+				// (the Client may have closed meanwhile: ErrClosed).
+				left := c.acquireTimeout - time.Since(start)
+				if sem, err = c.gates.afterSleep(name, left); err != nil {
+					return nil, err
+				}
+				try = left <= 0
+			}
+		}
+		if sem == nil {
+			return nil, nil
+		}
+		var lease *limiter.Lease
+		var err error
+		if try {
+			lease, err = sem.TryAcquire(ctx, opts...)
+		} else {
+			lease, err = sem.Acquire(ctx, opts...)
+		}
+		if err != nil || res == nil {
+			return lease, err
+		}
+		ok, err := res.Renew(ctx)
+		if ok {
+			return lease, nil
+		}
+		// Late, and no room now (or Redis failed): give the permit back
+		// before waiting again.
+		if rerr := lease.Release(ctx); rerr != nil {
+			c.logger.Warn("httplimit: release failed; the permit comes back at the TTL",
+				"semaphore", name, "id", lease.ID(), "err", rerr)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if slept {
-			// The Client may have closed while we slept, and the permit's
-			// wait gets what is left of AcquireTimeout.
-			left := c.acquireTimeout - time.Since(start)
-			if sem, err = c.gates.afterSleep(name, left); err != nil {
-				return nil, err
-			}
-			try = left <= 0
+		if rl, err = c.gates.rateLimit(name, c.acquireTimeout-time.Since(start)); err != nil {
+			return nil, err
 		}
 	}
-	if sem == nil {
-		return nil, nil
-	}
-	if try {
-		return sem.TryAcquire(ctx, opts...)
-	}
-	return sem.Acquire(ctx, opts...)
 }
 
-// sleepUntilSlot reserves a slot of rl within the rate limit's wait bound
-// (AcquireTimeout and ctx's deadline) and sleeps until it; it reports
-// whether it slept. A slot further off than the bound gives the rate's
-// *limiter.BusyError (RetryIn the wait; Paused when a pause is why) at
-// once, reserving nothing.
-func sleepUntilSlot(ctx context.Context, rl *limiter.RateLimit) (bool, error) {
-	r, err := rl.ReserveN(ctx, 1)
-	if err != nil {
-		return false, err
-	}
-	d := r.Delay()
-	if d == 0 {
-		return false, nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true, nil
-	case <-ctx.Done():
-		// Cancel detaches from ctx and is bounded by ReleaseTimeout; a
-		// slot it cannot give back is merely unused.
-		_, _ = r.Cancel(ctx)
-		return false, fmt.Errorf("waiting for a rate slot of %q: %w", rl.Name(), context.Cause(ctx))
-	}
+// rateLimit returns the rate limit of name for a request that reserves
+// anew with left of AcquireTimeout: it gives a slot at most left off
+// (only one that is now when left is not above 0). It sends nothing to
+// Redis; after the Client's Close it gives limiter.ErrClosed.
+func (s *gates) rateLimit(name string, left time.Duration) (*limiter.RateLimit, error) {
+	opts := append(s.rateOpts[:len(s.rateOpts):len(s.rateOpts)], limiter.AcquireTimeout(max(left, time.Nanosecond)))
+	return s.client.RateLimit(name, s.rate, opts...)
 }
 
 // afterSleep returns the semaphore of name to wait for after a rate

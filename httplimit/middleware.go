@@ -31,17 +31,24 @@ import (
 // not had (the rate is never exceeded). A slot further off than
 // AcquireTimeout allows (or than the request's deadline) is not taken:
 // the request is answered BusyStatus with a Retry-After of that wait, as
-// below. A paused name (limiter.Inspector.Pause) gives no slot before the
-// pause ends.
+// below. A permit that comes more than limiter.Lateness after the slot
+// is not used with it (limiter.Reservation.Renew takes an event now when
+// the rate has room; else the permit is given back and the request
+// reserves anew with what is left of AcquireTimeout), so that requests
+// whose permits came late do not start together.
 //
 // A request waits for its permit up to AcquireTimeout (or not at all when
 // AcquireTimeout is negative). If none frees in time, it is answered
 // BusyStatus (429 by default) with a Retry-After header: the seconds
 // until the earliest lease of the semaphore expires, or until the rate
 // slot (limiter.BusyError's RetryIn, rounded up, at least 1), and the
-// handler does not run. A request whose own context ends while it waits
+// handler does not run. A paused name (limiter.Inspector.Pause, e.g. by
+// a Transport that heard 429 upstream) gives no slot and no new permit
+// before the pause ends: a request still waiting when AcquireTimeout
+// runs out is answered the same, its Retry-After until the pause's end.
+// A request whose own context ends while it waits
 // (the client went away; a slot it sleeps for is given back where
-// limiter.Reservation.Cancel can), a Redis failure and a closed client
+// limiter.Reservation.Wait can), a Redis failure and a closed client
 // are answered 503 Service Unavailable without Retry-After (the latter
 // two logged); no slot and no permit is ever granted without Redis
 // saying so. A weight the semaphore refuses (see ServerConfig.Weight) is
@@ -61,8 +68,8 @@ import (
 // the lease's TTL.
 //
 // Close client only after the http.Server has shut down: its Close ends
-// the waits for a permit in progress (answered 503; a rate sleep ends at
-// its slot, then finds the Client closed) and releases the leases of
+// the waits for a slot or a permit in progress (answered 503) and
+// releases the leases of
 // handlers still running, cancelling their contexts with cause
 // limiter.ErrNotHeld.
 func Middleware(client *limiter.Client, cfg ServerConfig, opts ...Option) (func(http.Handler) http.Handler, error) {

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-
-	"github.com/redsem/redsem/limiter"
 )
 
 // pauseTimeout bounds the Pause call after a 429 or 503: the response is
@@ -14,16 +12,15 @@ import (
 const pauseTimeout = 2 * time.Second
 
 // pauseOn pauses name, for every process, as long as resp's Retry-After
-// asks (at most maxPause) when resp is a 429 or a 503 that has one. The
-// upstream said when to come back: sending before then would only earn
-// more 429s, from every process. The Pause call is detached from the
+// asks (at most maxPause) when resp is a 429 or a 503 that has one: its
+// rate gives no slot, and its semaphore no new permit, before the end.
+// The upstream said when to come back: sending before then would only
+// earn more 429s, from every process. The Pause call is detached from the
 // request's cancellation (the caller going away does not make the
 // upstream want requests sooner) and bounded by pauseTimeout; a failure
 // is logged, and resp goes back to the caller unchanged either way.
 func (t *Transport) pauseOn(req *http.Request, name string, resp *http.Response) {
-	// Without a Rate nothing here reads a pause: a semaphore grants
-	// regardless.
-	if t.maxPause == 0 || t.gates.rate == (limiter.Rate{}) ||
+	if t.maxPause == 0 ||
 		(resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
 		return
 	}

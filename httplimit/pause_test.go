@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +50,8 @@ func paused(t *testing.T, c *limiter.Client, name string) time.Duration {
 func httpDate(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 
 // A 429 or 503 with a Retry-After pauses the name for as long as it says,
-// at most the bound; the response reaches the caller unchanged. Anything
-// else pauses nothing.
+// at most the bound, with a Rate or a Limit alone; the response reaches
+// the caller unchanged. Anything else pauses nothing.
 func TestTransportPausesOnRetryAfter(t *testing.T) {
 	e := newEnv(t)
 	up := upstream(t, answering)
@@ -70,7 +71,7 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 			min: 500 * time.Millisecond, max: time.Second},
 		{name: "default-bound", status: 429, ra: "86400", min: 4 * time.Minute, max: 5 * time.Minute},
 		{name: "off", status: 429, ra: "2", opts: []httplimit.Option{httplimit.PauseOnRetryAfter(0)}},
-		{name: "no-rate", status: 429, ra: "2", noRate: true},
+		{name: "limit-only", status: 429, ra: "2", noRate: true, min: 1500 * time.Millisecond, max: 2 * time.Second},
 		{name: "500", status: 500, ra: "2"},
 		{name: "no-header", status: 429},
 		{name: "malformed", status: 429, ra: "soon"},
@@ -107,10 +108,22 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 
 // The pause holds back every Client's requests, not only the one that
 // got the 429: another Client's Transport that does not wait fails at
-// once with the rate's BusyError, Paused.
+// once with the rate's BusyError, Paused. Without a Rate, the semaphore
+// holds them: another Client's Limit-only Transport that does not wait
+// fails at once with its BusyError, Paused; one that waits is sent at
+// the pause's end.
 func TestTransportPauseHoldsOtherClients(t *testing.T) {
 	e := newEnv(t)
-	up := upstream(t, answering)
+	var (
+		mu      sync.Mutex
+		arrived []time.Time
+	)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived = append(arrived, time.Now())
+		mu.Unlock()
+		answering(w, r)
+	})
 	cfg := httplimit.TransportConfig{Name: "held", Rate: rate100, Limit: 5}
 	resp, err := httpClient(t, transport(t, e.lc, cfg)).Get(up.URL + "/?status=429&ra=2")
 	if err != nil {
@@ -122,5 +135,48 @@ func TestTransportPauseHoldsOtherClients(t *testing.T) {
 	var busy *limiter.BusyError
 	if !errors.As(err, &busy) || !busy.Rate || !busy.Paused || busy.RetryIn < time.Second || busy.RetryIn > 2*time.Second {
 		t.Fatalf("another Client during the pause: %v (%+v), want a paused rate's BusyError, RetryIn 1..2s", err, busy)
+	}
+
+	capped := httplimit.TransportConfig{Name: "held-cap", Limit: 5}
+	resp, err = httpClient(t, transport(t, e.lc, capped)).Get(up.URL + "/?status=429&ra=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	paused := time.Now()
+	capped.AcquireTimeout = -1
+	err = getErr(httpClient(t, transport(t, e.other(t), capped)), up.URL)
+	if !errors.As(err, &busy) || busy.Rate || !busy.Paused || busy.RetryIn < 500*time.Millisecond || busy.RetryIn > 1100*time.Millisecond {
+		t.Fatalf("another Client's Limit-only Transport during the pause: %v (%+v), want a paused semaphore's BusyError, RetryIn ~1s", err, busy)
+	}
+	capped.AcquireTimeout = 3 * time.Second
+	if err := getErr(httpClient(t, transport(t, e.other(t), capped)), up.URL); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	last := arrived[len(arrived)-1]
+	mu.Unlock()
+	if d := last.Sub(paused); d < 900*time.Millisecond {
+		t.Fatalf("a Limit-only request waiting out the pause was sent %v after a 1s pause began", d)
+	}
+}
+
+// A Middleware whose name is paused (say by a Transport elsewhere that
+// heard 429) answers BusyStatus with a Retry-After until the pause's end,
+// with a Limit alone: at once when it does not wait, after
+// AcquireTimeout when it does; the handler does not run.
+func TestMiddlewarePausedPermit(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.other(t).Inspector().Pause(ctxT(t, 5*time.Second), "mwpause", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	hc := httpClient(t, nil)
+	for _, wait := range []time.Duration{-1, 200 * time.Millisecond} {
+		srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "mwpause", Limit: 2, AcquireTimeout: wait},
+			func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran while paused") })
+		resp := get(t, hc, srv.URL)
+		if ra := resp.Header.Get("Retry-After"); resp.StatusCode != http.StatusTooManyRequests || (ra != "60" && ra != "59") {
+			t.Fatalf("AcquireTimeout %v, paused: %d, Retry-After %q; want 429, 60", wait, resp.StatusCode, ra)
+		}
 	}
 }

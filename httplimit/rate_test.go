@@ -201,3 +201,49 @@ func TestBadRateConfig(t *testing.T) {
 	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Rate: rate100}, httplimit.PauseOnRetryAfter(25*time.Hour))
 	check("pause bound over 24h", err, "PauseOnRetryAfter")
 }
+
+// Slots whose permit comes late do not bunch: four requests reserve
+// slots 100ms apart while the one permit is held elsewhere, and when it
+// frees they still arrive about 100ms apart (a late slot is replaced by
+// an event now, or the request gives the permit back and reserves anew),
+// not one after the other at once.
+func TestTransportLatePermitTakesNewSlot(t *testing.T) {
+	e := newEnv(t)
+	var (
+		mu       sync.Mutex
+		arrivals []time.Time
+	)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+	})
+	hc := httpClient(t, transport(t, e.lc, httplimit.TransportConfig{Name: "late", Limit: 1,
+		Rate: limiter.Rate{Events: 10, Per: time.Second, Burst: 1}, AcquireTimeout: 5 * time.Second}))
+	held, err := sem(t, e.other(t), hostName("late", up), 1).Acquire(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const requests = 4
+	errs := make(chan error, requests)
+	for range requests {
+		go func() { errs <- getErr(hc, up.URL) }()
+	}
+	time.Sleep(time.Second) // past every slot
+	if err := held.Release(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for range requests {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	// One event's time is 100ms; a request may start up to
+	// limiter.Lateness (20ms) after its slot, and timers a little more.
+	for i := 1; i < len(arrivals); i++ {
+		if gap := arrivals[i].Sub(arrivals[i-1]); gap < 60*time.Millisecond {
+			t.Fatalf("requests %d and %d arrived %v apart at 10/s burst 1 (arrivals %v)", i-1, i, gap, arrivals)
+		}
+	}
+}

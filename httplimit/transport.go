@@ -68,31 +68,38 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // AcquireTimeout. A slot further off than what is left of it (or past the
 // request's deadline) is not taken: RoundTrip fails at once with an error
 // wrapping the rate's *limiter.BusyError (Rate set; Paused when the key
-// is paused; RetryIn how long the wait would have been).
+// is paused; RetryIn how long the wait would have been). A permit that
+// comes more than limiter.Lateness after the slot is not used with it
+// (the request would bunch with those reserved after it): the request
+// takes an event now when the rate has room (limiter.Reservation.Renew),
+// else gives the permit back and reserves anew with what is left of
+// AcquireTimeout, failing as above when that slot is further off.
 //
 // The wait ends with the request's context (RoundTrip returns an error
 // wrapping its cause; a slot being slept for is given back where
-// limiter.Reservation.Cancel can), after AcquireTimeout (an error
+// limiter.Reservation.Wait can), after AcquireTimeout (an error
 // wrapping a *limiter.BusyError, which matches limiter.ErrBusy and, after
 // a wait, limiter.ErrTimeout), or when the limiter Client closes
-// (limiter.ErrClosed; a rate sleep in progress ends at its slot, not at
-// Close); a Redis failure is returned wrapped, whether reserving the slot
+// (limiter.ErrClosed, also during a rate sleep); a Redis failure is returned wrapped, whether reserving the slot
 // or acquiring the permit (a failed reservation may have been counted).
 // In each case nothing is held, the request's body is closed and nothing
 // is sent: a Transport never sends a request Redis did not let through.
 //
-// With a Rate, a response 429 Too Many Requests or 503 Service
-// Unavailable with a Retry-After header (seconds, or an HTTP date)
-// pauses the key for every process (limiter.Inspector.Pause) for as long
-// as it asks, at most PauseOnRetryAfter's bound (5 minutes by default):
-// later requests get slots after the pause, paced by the rate from there,
-// and a request whose wait would outlast AcquireTimeout fails at once as
-// above. A pause already longer stays. No Retry-After, a malformed one or
+// A response 429 Too Many Requests or 503 Service Unavailable with a
+// Retry-After header (seconds, or an HTTP date) pauses the key for every
+// process (limiter.Inspector.Pause) for as long as it asks, at most
+// PauseOnRetryAfter's bound (5 minutes by default), with a Rate, a Limit
+// or both: later requests get slots after the pause, paced by the rate
+// from there, and a request whose slot would come after AcquireTimeout
+// fails at once as above; the semaphore grants no new permit before the
+// end (waiters are served in order from then), so a request still
+// waiting when AcquireTimeout runs out fails with the semaphore's
+// *limiter.BusyError, Paused set and RetryIn until the end (at once when
+// AcquireTimeout is negative). A pause already longer stays. No Retry-After, a malformed one or
 // one already past pauses nothing. The Pause call (one round trip before
 // RoundTrip returns) is detached from the request's cancellation and
 // bounded by 2s; a Redis failure there is logged. The response is
-// returned to the caller unchanged in every case. Without a Rate nothing
-// is paused: a semaphore does not read pauses.
+// returned to the caller unchanged in every case.
 //
 // The permit is released once: when the base transport fails, or when
 // the response body is read to io.EOF, fails, or is closed, whichever
