@@ -242,9 +242,10 @@ func run(c config, out *os.File) (err error) {
 	mux.HandleFunc("partner:sync", func(ctx context.Context, t *asynq.Task) error {
 		err := api.call(ctx, string(t.Payload()))
 		if errors.Is(err, errTooMany) {
-			// Every worker holds off the rule for a second; this task
-			// comes back then, without spending a retry.
-			return asynqmw.Pause(time.Second, err)
+			// Every worker holds off the partner's rule for a second
+			// (not the per-customer one: the partner said too many);
+			// this task comes back then, without spending a retry.
+			return &asynqmw.PauseError{For: time.Second, Rule: "partner-api", Err: err}
 		}
 		if err != nil {
 			return err
