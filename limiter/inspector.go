@@ -66,15 +66,21 @@ func (i *Inspector) keys(ctx context.Context, name string) (store.Keyspace, erro
 // and a malformed glob selects what Redis would select with it. It SCANs
 // every state key under the prefix, whatever match is.
 func (i *Inspector) Names(ctx context.Context, match string) ([]string, error) {
+	return i.names(ctx, store.StatePattern(i.c.cfg.prefix), match, "names")
+}
+
+// names lists, sorted, the names of the keys SCAN finds by pattern that
+// match the glob match; what says what is listed, in errors.
+func (i *Inspector) names(ctx context.Context, pattern, match, what string) ([]string, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
 	}
 	if err := i.c.closedErr(); err != nil {
 		return nil, err
 	}
-	names, err := i.c.st.Names(ctx, store.StatePattern(i.c.cfg.prefix))
+	names, err := i.c.st.Names(ctx, pattern)
 	if err != nil {
-		return nil, fmt.Errorf("limiter: list names: %w", err)
+		return nil, fmt.Errorf("limiter: list %s: %w", what, err)
 	}
 	names = matchingNames(names, match)
 	slices.Sort(names)

@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"time"
 
@@ -116,19 +115,7 @@ func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
 // that have state in Redis (used within about a burst's refill, or with a
 // stored rate) and whose name matches the glob match, as Names does.
 func (i *Inspector) RateNames(ctx context.Context, match string) ([]string, error) {
-	if ctx == nil {
-		return nil, argError("ctx", nil, "must not be nil")
-	}
-	if err := i.c.closedErr(); err != nil {
-		return nil, err
-	}
-	names, err := i.c.st.Names(ctx, store.RatePattern(i.c.cfg.prefix))
-	if err != nil {
-		return nil, fmt.Errorf("limiter: list rate names: %w", err)
-	}
-	names = matchingNames(names, match)
-	slices.Sort(names)
-	return names, nil
+	return i.names(ctx, store.RatePattern(i.c.cfg.prefix), match, "rate names")
 }
 
 // rateKeys checks the arguments and the Client, and returns name's rate
