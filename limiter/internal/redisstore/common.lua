@@ -42,26 +42,34 @@ end
 
 -- Server time in microseconds: the only clock the scripts trust. Read
 -- once per call (a script runs as one instant), however many helpers ask.
--- clock_s is the same time as a decimal string, so that a fencing token
--- taken from the clock needs no formatting. Arithmetic on the strings
--- parses each once (tonumber parses twice).
-local clock, clock_s
+-- clock_string() is the same time as a decimal string, made only when
+-- asked for, so that a fencing token taken from the clock needs no
+-- formatting. Arithmetic on the strings parses each once (tonumber parses
+-- twice).
+local clock, clock_t, clock_s
 local queue_seen_empty -- see walk_queue
 
 -- Forgets what the last call cached: a script run by EVAL starts fresh,
 -- but a function in a library (scripts.go) shares these upvalues with
 -- every call before it.
 local function begin_call()
-  clock, clock_s, queue_seen_empty = nil, nil, nil
+  clock, clock_t, clock_s, queue_seen_empty = nil, nil, nil, nil
 end
 
 local function now_us()
   if not clock then
-    local t = redis.call('TIME')
-    clock = t[1] * 1000000 + t[2]
-    clock_s = t[1] .. string.sub('00000' .. t[2], -6)
+    clock_t = redis.call('TIME')
+    clock = clock_t[1] * 1000000 + clock_t[2]
   end
   return clock
+end
+
+local function clock_string()
+  if not clock_s then
+    now_us()
+    clock_s = clock_t[1] .. string.sub('00000' .. clock_t[2], -6)
+  end
+  return clock_s
 end
 
 -- Splits a lease record ("weight:token:owner"): the weight as a number,
@@ -113,7 +121,7 @@ local PROPOSAL_SKEW = 500000 -- µs
 local function next_token(last, proposed, now)
   local p = proposed ~= '' and tonumber(proposed)
   if p and math.abs(p - now) <= PROPOSAL_SKEW then return fmt(math.max(last + 1, p)) end
-  if last < now then return clock_s end
+  if last < now then return clock_string() end
   return fmt(last + 1)
 end
 

@@ -26,7 +26,11 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	}
 	switch asInt(v[0]) {
 	case 1:
-		return store.ReserveReply{Reserved: true, Wait: micros(v[1]), Prev: asString(v[2]), Next: asString(v[3])}, nil
+		rep := store.ReserveReply{Reserved: true, Wait: micros(v[1])}
+		if len(v) == 4 {
+			rep.Prev, rep.Next = asString(v[2]), asString(v[3])
+		}
+		return rep, nil
 	case 0:
 		return store.ReserveReply{Wait: micros(v[1]), Paused: asInt(v[2]) == 1}, nil
 	}

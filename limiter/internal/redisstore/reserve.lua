@@ -6,7 +6,8 @@
 -- ARGV: events, per_ns, burst (the asking rate), n (the event's cost),
 --       max_wait_us (-1: no bound), careful (1: see below)
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
--- from now, and unreserve.lua gives it back while tat is still next;
+-- from now, and unreserve.lua gives it back while tat is still next ({1,
+-- 0} when it goes now: nothing is left to give back);
 -- {0, wait_us, paused (1/0)} when it would wait longer than max_wait_us
 -- (nothing is reserved); {-1, burst} when n is above the burst.
 --
@@ -49,7 +50,8 @@ if max_wait >= 0 and wait > max_wait then
   return {0, fmt(math.ceil(wait)), paused > now and 1 or 0}
 end
 local nxt = math.ceil(tat + n * T)
-local prev, nxt_s = fmt(tat), fmt(nxt)
+local nxt_s = fmt(nxt)
 -- Past tat the burst is whole, which is what no state means too.
-redis.call('SET', KEYS[1], nxt_s, 'PX', fmt(math.ceil((nxt - now) / 1000)))
-return {1, fmt(math.ceil(wait)), prev, nxt_s}
+redis.call('SET', KEYS[1], nxt_s, 'PX', math.ceil((nxt - now) / 1000))
+if wait == 0 then return {1, 0} end
+return {1, fmt(math.ceil(wait)), fmt(tat), nxt_s}
