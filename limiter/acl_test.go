@@ -162,6 +162,7 @@ func TestACL(t *testing.T) {
 		t.Fatalf("Names = %q, want [acl]", names)
 	}
 	aclRatesAndPauses(ctx, t, a)
+	aclExpiry(ctx, t, a)
 
 	type acquired struct {
 		l   *limiter.Lease
@@ -461,6 +462,29 @@ func TestACLKeyRefusalKeepsFunctions(t *testing.T) {
 
 // aclRatesAndPauses runs a rate limit, a fleet rate and a pause of the
 // name "acl" (lifted again).
+// aclExpiry lets a lease end at its TTL: the next acquisition, finding
+// the semaphore full, sweeps it (hincrby: the total in the state).
+func aclExpiry(ctx context.Context, t *testing.T, c *limiter.Client) {
+	t.Helper()
+	const ttl = 200 * time.Millisecond
+	sem, err := c.Semaphore("acl-expiry", 1, limiter.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal("TryAcquire:", err)
+	}
+	l.StopRefresh()
+	time.Sleep(ttl + 100*time.Millisecond)
+	if l, err = sem.TryAcquire(ctx); err != nil {
+		t.Fatal("TryAcquire after the lease expired:", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal("Release:", err)
+	}
+}
+
 func aclRatesAndPauses(ctx context.Context, t *testing.T, c *limiter.Client) {
 	t.Helper()
 	ins := c.Inspector()

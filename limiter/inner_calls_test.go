@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +232,88 @@ func TestReleaseBehindALongQueueIsBounded(t *testing.T) {
 			t.Fatalf("release behind 1,000 %s waiters read %d pages of the queue (%d HMGETs), want at most %d: %v",
 				c.name, calls["zrange"], calls["hmget"], c.maxPages, calls)
 		}
+	}
+}
+
+// contend runs clients Clients with perClient goroutines each, every one
+// acquiring and releasing (holding 1ms) rounds times, and returns the
+// commands Redis ran (commandstats, script-internal ones included, the
+// connections' own HELLO, CLIENT and INFO left out) and the acquisitions.
+func contend(t *testing.T, srv *redistest.Server, name string, clients, perClient, rounds int, limit int64, opts ...limiter.Option) (map[string]int64, int) {
+	t.Helper()
+	ctx := ctxT(t, 60*time.Second)
+	sems := make([]*limiter.Semaphore, clients)
+	for i := range sems {
+		sem, err := newSemaphore(t, srv.Client(t), name, limit, append([]limiter.Option{limiter.AcquireTimeout(0)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sems[i] = sem
+		// Loads the library and reads INFO before the count starts.
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.ResetStats(t)
+	var wg sync.WaitGroup
+	for _, sem := range sems {
+		for range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					l, err := sem.Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	calls := srv.CommandCalls(t)
+	for cmd := range calls {
+		if cmd == "hello" || cmd == "info" || cmd == "config|resetstat" || strings.HasPrefix(cmd, "client") {
+			delete(calls, cmd)
+		}
+	}
+	return calls, clients * perClient * rounds
+}
+
+func perAcquisition(calls map[string]int64, n int) (all float64) {
+	for _, v := range calls {
+		all += float64(v)
+	}
+	return all / float64(n)
+}
+
+// A contended acquisition costs Redis 18 commands (8 goroutines of one
+// Client on a mutex; direct grants): a newcomer that finds no room asks
+// only whether it heads the queue (ZCARD, not the walk's ZRANGE and
+// HMGET), and its ticket rides on the HSET of its record (no HINCRBY).
+// It was 20.
+func TestContendedAcquisitionCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	calls, n := contend(t, srv, "inner-contended", 1, 8, 40, 1)
+	got := perAcquisition(calls, n)
+	t.Logf("%d acquisitions: %.2f commands each", n, got)
+	if got > 18.5 {
+		t.Errorf("%d contended acquisitions ran %.2f commands each, want at most 18.5: %v", n, got, calls)
+	}
+	if calls["hincrby"] != 0 {
+		t.Errorf("%d contended acquisitions ran HINCRBY %d times, want none (the ticket rides on the HSET): %v", n, calls["hincrby"], calls)
 	}
 }

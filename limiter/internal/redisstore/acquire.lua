@@ -200,22 +200,29 @@ if wait ~= '' then
   local hand = '0'
   if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
   local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)
+  local set = {'HSET', KEYS[2], '?' .. wait, rec}
   if not mine then
-    local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+    -- The ticket is the seq read above plus one, written with the record
+    -- (the script runs alone: nobody took it meanwhile), one call less
+    -- than an HINCRBY of its own.
+    local seq = fmt((num(st[8]) or 0) + 1)
     redis.call('ZADD', KEYS[3], seq, wait)
+    local n = #set
+    set[n + 1], set[n + 2] = 'seq', seq
     local at = next_keyexp(wexp, ttl, keyexp)
     if at then
-      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
+      set[n + 3], set[n + 4] = 'keyexp', at
+      redis.call(unpack(set))
       expire_keys(at)
     else
-      redis.call('HSET', KEYS[2], '?' .. wait, rec)
+      redis.call(unpack(set))
       -- The queue key is new when the queue had emptied (then nobody was
       -- ahead): give it the expiry the other keys have (none while a
       -- fleet limit is set).
       if head == 1 and keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
     end
   else
-    redis.call('HSET', KEYS[2], '?' .. wait, rec)
+    redis.call(unpack(set))
   end
 end
 -- The last token issued: a direct grant announced with a token no higher came
