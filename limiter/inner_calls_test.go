@@ -317,3 +317,79 @@ func TestContendedAcquisitionCommands(t *testing.T) {
 		t.Errorf("%d contended acquisitions ran HINCRBY %d times, want none (the ticket rides on the HSET): %v", n, calls["hincrby"], calls)
 	}
 }
+
+// Without direct grants (a TTL under QueueTTL) releases only wake, and a
+// waiter woken once is not woken again by the releases that come while
+// its attempt is on its way: 0.6 PUBLISH per acquisition, where every
+// release woke every waiter that fit again and 2.6 went out.
+func TestWokenWaitersAreNotWokenAgain(t *testing.T) {
+	srv := redistest.StartServer(t)
+	calls, n := contend(t, srv, "inner-woken", 4, 2, 60, 5, limiter.TTL(2*time.Second))
+	got := float64(calls["publish"]) / float64(n)
+	t.Logf("%d acquisitions: %.2f PUBLISH, %.2f commands each", n, got, perAcquisition(calls, n))
+	if got > 1.2 {
+		t.Errorf("%d acquisitions woken by releases sent %.2f PUBLISH each, want at most 1.2: %v", n, got, calls)
+	}
+}
+
+// The '!' marker, step by step: a waiter woken once is skipped by the
+// releases after (its weight still spoken for), and woken again once its
+// attempt queued it anew (here refused by a pause) and room comes back.
+func TestWokenMarkerResetByRequeue(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	const name = "inner-marker"
+	rdb := srv.Client(t)
+	holder, err := newSemaphore(t, rdb, name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := newSemaphore(t, srv.Client(t), name, 2) // another Client
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make([]*limiter.Lease, 2)
+	for i := range held {
+		if held[i], err = holder.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A waiter that never acts on its wake-ups: its entry lives QueueTTL.
+	if granted, err := limiter.AcquireOnce(ctx, waiter, "w", "w", false); err != nil || granted {
+		t.Fatalf("AcquireOnce on a full semaphore: granted %v, %v", granted, err)
+	}
+	srv.ResetStats(t)
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The room left beside the waiter's permit, taken and given back.
+	for range 10 {
+		l, err := holder.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.CommandCalls(t)["publish"]; n != 1 {
+		t.Fatalf("12 releases with one waiter that fits sent %d PUBLISH, want 1", n)
+	}
+
+	ins := clientFor(t, rdb).Inspector()
+	if _, err := ins.Pause(ctx, name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if granted, err := limiter.AcquireOnce(ctx, waiter, "w", "w", false); err != nil || granted {
+		t.Fatalf("AcquireOnce while paused: granted %v, %v", granted, err)
+	}
+	srv.ResetStats(t)
+	if err := ins.Unpause(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.CommandCalls(t)["publish"]; n != 1 {
+		t.Fatalf("lifting the pause sent %d PUBLISH, want 1: the waiter queued again must be woken again", n)
+	}
+}

@@ -62,9 +62,9 @@ local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
--- One read for everything the common paths need ('?' alone, when this
--- request does not queue, is never a field).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied')
+-- One read for everything the common paths need ('?' and '!' alone, when
+-- this request does not queue, are never fields).
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
@@ -201,6 +201,10 @@ if wait ~= '' then
   if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
   local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)
   local set = {'HSET', KEYS[2], '?' .. wait, rec}
+  -- The wake-up that brought this attempt is spent: reset the marker
+  -- (pass_on), so that the next room wakes the waiter again. '' rather
+  -- than HDEL: it rides on this HSET.
+  if st[10] == '1' then set[5], set[6] = '!' .. wait, '' end
   if not mine then
     -- The ticket is the seq read above plus one, written with the record
     -- (the script runs alone: nobody took it meanwhile), one call less
