@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +232,164 @@ func TestReleaseBehindALongQueueIsBounded(t *testing.T) {
 			t.Fatalf("release behind 1,000 %s waiters read %d pages of the queue (%d HMGETs), want at most %d: %v",
 				c.name, calls["zrange"], calls["hmget"], c.maxPages, calls)
 		}
+	}
+}
+
+// contend runs clients Clients with perClient goroutines each, every one
+// acquiring and releasing (holding 1ms) rounds times, and returns the
+// commands Redis ran (commandstats, script-internal ones included, the
+// connections' own HELLO, CLIENT and INFO left out) and the acquisitions.
+func contend(t *testing.T, srv *redistest.Server, name string, clients, perClient, rounds int, limit int64, opts ...limiter.Option) (map[string]int64, int) {
+	t.Helper()
+	ctx := ctxT(t, 60*time.Second)
+	sems := make([]*limiter.Semaphore, clients)
+	for i := range sems {
+		sem, err := newSemaphore(t, srv.Client(t), name, limit, append([]limiter.Option{limiter.AcquireTimeout(0)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sems[i] = sem
+		// Loads the library and reads INFO before the count starts.
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.ResetStats(t)
+	var wg sync.WaitGroup
+	for _, sem := range sems {
+		for range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					l, err := sem.Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	calls := srv.CommandCalls(t)
+	for cmd := range calls {
+		if cmd == "hello" || cmd == "info" || cmd == "config|resetstat" || strings.HasPrefix(cmd, "client") {
+			delete(calls, cmd)
+		}
+	}
+	return calls, clients * perClient * rounds
+}
+
+func perAcquisition(calls map[string]int64, n int) (all float64) {
+	for _, v := range calls {
+		all += float64(v)
+	}
+	return all / float64(n)
+}
+
+// A contended acquisition costs Redis 18 commands (8 goroutines of one
+// Client on a mutex; direct grants): a newcomer that finds no room asks
+// only whether it heads the queue (ZCARD, not the walk's ZRANGE and
+// HMGET), and its ticket rides on the HSET of its record (no HINCRBY).
+// It was 20.
+func TestContendedAcquisitionCommands(t *testing.T) {
+	srv := redistest.StartServer(t)
+	calls, n := contend(t, srv, "inner-contended", 1, 8, 40, 1)
+	got := perAcquisition(calls, n)
+	t.Logf("%d acquisitions: %.2f commands each", n, got)
+	if got > 18.5 {
+		t.Errorf("%d contended acquisitions ran %.2f commands each, want at most 18.5: %v", n, got, calls)
+	}
+	if calls["hincrby"] != 0 {
+		t.Errorf("%d contended acquisitions ran HINCRBY %d times, want none (the ticket rides on the HSET): %v", n, calls["hincrby"], calls)
+	}
+}
+
+// Without direct grants (a TTL under QueueTTL) releases only wake, and a
+// waiter woken once is not woken again by the releases that come while
+// its attempt is on its way: 0.6 PUBLISH per acquisition, where every
+// release woke every waiter that fit again and 2.6 went out.
+func TestWokenWaitersAreNotWokenAgain(t *testing.T) {
+	srv := redistest.StartServer(t)
+	calls, n := contend(t, srv, "inner-woken", 4, 2, 60, 5, limiter.TTL(2*time.Second))
+	got := float64(calls["publish"]) / float64(n)
+	t.Logf("%d acquisitions: %.2f PUBLISH, %.2f commands each", n, got, perAcquisition(calls, n))
+	if got > 1.2 {
+		t.Errorf("%d acquisitions woken by releases sent %.2f PUBLISH each, want at most 1.2: %v", n, got, calls)
+	}
+}
+
+// The '!' marker, step by step: a waiter woken once is skipped by the
+// releases after (its weight still spoken for), and woken again once its
+// attempt queued it anew (here refused by a pause) and room comes back.
+func TestWokenMarkerResetByRequeue(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	const name = "inner-marker"
+	rdb := srv.Client(t)
+	holder, err := newSemaphore(t, rdb, name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := newSemaphore(t, srv.Client(t), name, 2) // another Client
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make([]*limiter.Lease, 2)
+	for i := range held {
+		if held[i], err = holder.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A waiter that never acts on its wake-ups: its entry lives QueueTTL.
+	if granted, err := limiter.AcquireOnce(ctx, waiter, "w", "w", false); err != nil || granted {
+		t.Fatalf("AcquireOnce on a full semaphore: granted %v, %v", granted, err)
+	}
+	srv.ResetStats(t)
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The room left beside the waiter's permit, taken and given back.
+	for range 10 {
+		l, err := holder.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.CommandCalls(t)["publish"]; n != 1 {
+		t.Fatalf("12 releases with one waiter that fits sent %d PUBLISH, want 1", n)
+	}
+
+	ins := clientFor(t, rdb).Inspector()
+	if _, err := ins.Pause(ctx, name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if granted, err := limiter.AcquireOnce(ctx, waiter, "w", "w", false); err != nil || granted {
+		t.Fatalf("AcquireOnce while paused: granted %v, %v", granted, err)
+	}
+	srv.ResetStats(t)
+	if err := ins.Unpause(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.CommandCalls(t)["publish"]; n != 1 {
+		t.Fatalf("lifting the pause sent %d PUBLISH, want 1: the waiter queued again must be woken again", n)
 	}
 }

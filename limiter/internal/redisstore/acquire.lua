@@ -13,8 +13,10 @@
 -- order per node can deadlock waiters that each head one node.
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
--- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not (with the last token issued, and 1 when the restart quarantine
+-- extended), {0, ms until the earliest expiry, permits in use, at head
+-- (1: no live waiter ahead; for a newcomer refused for want of permits,
+-- no entry at all: see ahead below)} when not (with the last token
+-- issued, and 1 when the restart quarantine
 -- refused it, 2 when the name's pause did, the ms being then until its
 -- end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
@@ -60,9 +62,9 @@ local field = ':' .. id
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local exp = now_ms + ttl
--- One read for everything the common paths need ('?' alone, when this
--- request does not queue, is never a field).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied')
+-- One read for everything the common paths need ('?' and '!' alone, when
+-- this request does not queue, are never fields).
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
@@ -124,10 +126,22 @@ if not conflict and total + weight > limit then
   total = total - freed
 end
 
--- In order: the permits of live waiters ahead are spoken for.
+-- In order: the permits of live waiters ahead are spoken for. A request
+-- that does not fit even in the permits free now cannot fit whatever is
+-- ahead of it: the walk (a ZRANGE and an HMGET) would only tell whether it
+-- heads the queue, which a newcomer does when the queue is empty (ZCARD;
+-- one call less). Entries of dead or too heavy waiters then count as
+-- ahead: such a waiter sets no timer, and is woken by the release that
+-- drops them, or told by its keep-alive that it fits. A queued waiter
+-- still walks: its own entry is in the queue. A request that never
+-- queues asks nothing.
 local ahead = 0
 if ARGV[11] == '1' and not conflict and st[8] ~= st[9] then
-  ahead = queued_ahead(now_ms, wait, limit)
+  if mine or total + weight <= limit then
+    ahead = queued_ahead(now_ms, wait, limit)
+  elseif wait ~= '' then
+    ahead = redis.call('ZCARD', KEYS[3])
+  end
 end
 
 -- No token: the name is new to this server, or was forgotten in a restart
@@ -186,22 +200,33 @@ if wait ~= '' then
   local hand = '0'
   if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
   local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)
+  local set = {'HSET', KEYS[2], '?' .. wait, rec}
+  -- The wake-up that brought this attempt is spent: reset the marker
+  -- (pass_on), so that the next room wakes the waiter again. '' rather
+  -- than HDEL: it rides on this HSET.
+  if st[10] == '1' then set[5], set[6] = '!' .. wait, '' end
   if not mine then
-    local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+    -- The ticket is the seq read above plus one, written with the record
+    -- (the script runs alone: nobody took it meanwhile), one call less
+    -- than an HINCRBY of its own.
+    local seq = fmt((num(st[8]) or 0) + 1)
     redis.call('ZADD', KEYS[3], seq, wait)
+    local n = #set
+    set[n + 1], set[n + 2] = 'seq', seq
     local at = next_keyexp(wexp, ttl, keyexp)
     if at then
-      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'keyexp', at)
+      set[n + 3], set[n + 4] = 'keyexp', at
+      redis.call(unpack(set))
       expire_keys(at)
     else
-      redis.call('HSET', KEYS[2], '?' .. wait, rec)
+      redis.call(unpack(set))
       -- The queue key is new when the queue had emptied (then nobody was
       -- ahead): give it the expiry the other keys have (none while a
       -- fleet limit is set).
       if head == 1 and keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
     end
   else
-    redis.call('HSET', KEYS[2], '?' .. wait, rec)
+    redis.call(unpack(set))
   end
 end
 -- The last token issued: a direct grant announced with a token no higher came

@@ -5,7 +5,12 @@
 --                '?'..wait -> "<weight>:<expiry ms>:<direct-grant ttl ms>:<its
 --                own limit>:<wake channel>" per queued waiter (direct-
 --                grant ttl 0: wake it, do not grant it in a release; see
---                release.lua), and
+--                release.lua),
+--                '!'..wait -> '1' while a queued waiter has been woken and
+--                its attempt is on its way: pass_on wakes it no more (see
+--                there). Written in the waker's own HSET, reset to '' when
+--                the attempt queues it again, deleted with its record,
+--                and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
 --                limit  (the limit of the last grant: releases wake and
@@ -195,8 +200,9 @@ end
 -- by a Client that knows nothing of emptied (an older version, mid-upgrade)
 -- is walked to all the same.
 -- Visits the queue from its head, at most 64 entries, calling
--- visit(id, weight, channel, direct-grant ttl, expiry, own limit) for each live
--- one until it returns true.
+-- visit(id, weight, channel, direct-grant ttl, expiry, own limit, woken)
+-- for each live one until it returns true (woken: its '!' marker is set).
+-- The marker is read in the same HMGET as the record, and dropped with it.
 -- Entries whose Client stopped keeping them alive are dropped on the way
 -- (keep excepted, dead or alive). now is the time in ms, or nil to read
 -- the clock only if the queue has entries. Returns false when the bound
@@ -213,16 +219,17 @@ local function walk_queue(now, visit, keep)
     end
     now = now or clock_ms()
     local fields = {}
-    for i = 1, #ids do fields[i] = '?' .. ids[i] end
+    for i = 1, #ids do fields[2 * i - 1], fields[2 * i] = '?' .. ids[i], '!' .. ids[i] end
     local vals = redis.call('HMGET', KEYS[2], unpack(fields))
     for i = 1, #ids do
       local w, exp, hand, channel, own_limit
-      if vals[i] then
-        w, exp, hand, channel, own_limit = parse_waiter(vals[i])
+      local v = vals[2 * i - 1]
+      if v then
+        w, exp, hand, channel, own_limit = parse_waiter(v)
       end
       if ids[i] ~= keep and (not w or exp <= now) then
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp, own_limit) then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit, vals[2 * i] == '1') then
         finished = true
         break
       end
@@ -236,7 +243,7 @@ local function walk_queue(now, visit, keep)
   end
   if #dead > 0 then
     local fields = {}
-    for i = 1, #dead do fields[i] = '?' .. dead[i] end
+    for i = 1, #dead do fields[2 * i - 1], fields[2 * i] = '?' .. dead[i], '!' .. dead[i] end
     redis.call('HDEL', KEYS[2], unpack(fields))
     redis.call('ZREM', KEYS[3], unpack(dead))
   end
@@ -244,9 +251,9 @@ local function walk_queue(now, visit, keep)
 end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
--- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit}
--- (direct-grant ttl 0 for one heavier than the limit), up to the first that
--- does not fit: strict
+-- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit,
+-- woken} (direct-grant ttl 0 for one heavier than the limit), up to the
+-- first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
@@ -263,14 +270,14 @@ end
 local function fitting(now_ms, free, limit)
   local fit = {}
   if free <= 0 then return fit end
-  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit)
+  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit, woken)
     if w > limit then
-      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit}
+      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken}
       return false
     end
     if w > free then return true end
     free = free - w
-    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit}
+    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken}
     return free <= 0
   end)
   return fit
@@ -294,16 +301,28 @@ end
 -- is granted only within its own Semaphore's limit (or the fleet limit),
 -- as its own acquire would be; from the first that is not, the rest are
 -- only woken, so nobody overtakes it.
+--
+-- A waiter only woken is marked ('!'..wait, in g.hset when the caller
+-- writes the state anyway): until its attempt queues it again (acquire.lua
+-- resets the marker) or takes it out, later calls do not wake it again,
+-- but still count its weight as spoken for, so nobody behind overtakes it.
+-- Without the marker every release while an attempt is on its way woke
+-- the same waiters again: 2.6 PUBLISH per acquisition where 0.7 were
+-- needed, when releases cannot grant. A wake-up lost on the way is still
+-- made good by the Client's resubscribe signal, and by the keep-alive
+-- (refresh.lua), which tells a waiter whose permits are free to try.
+-- A direct grant is made whether the waiter is marked or not.
 local function pass_on(now_ms, free, own, limit, g)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
+  local marks = {}
   local fit = fitting(now_ms, free, limit)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
   -- the pause, and its grant passes the turn on.
   if #fit > 0 and pause_left(now_ms) > 0 then return mine end
   for _, f in ipairs(fit) do
-    local wait, channel, fw, hand, fexp, own_limit = f[1], f[2], f[3], f[4], f[5], f[6]
+    local wait, channel, fw, hand, fexp, own_limit, woken = f[1], f[2], f[3], f[4], f[5], f[6], f[7]
     local msg = wait
     own_limit = g and g.cap or own_limit
     granting = granting and hand > 0 and g.total + fw <= tonumber(own_limit)
@@ -314,16 +333,27 @@ local function pass_on(now_ms, free, own, limit, g)
       local exp = math.min(clock_ms() + hand, fexp)
       zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
       zrem[#zrem + 1] = wait
-      g.hdel[#g.hdel + 1] = '?' .. wait
+      g.hdel[#g.hdel + 1], g.hdel[#g.hdel + 2] = '?' .. wait, '!' .. wait
       g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, lease_record(fmt(fw), t, owner_of(channel))
       g.total = g.total + fw
       newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
       msg = wait .. ' ' .. t
-    end
-    if channel == own then
-      mine[#mine + 1] = msg
+    elseif woken then
+      msg = nil -- woken already: its attempt is on its way
     else
+      marks[#marks + 1], marks[#marks + 2] = '!' .. wait, '1'
+    end
+    if msg and channel == own then
+      mine[#mine + 1] = msg
+    elseif msg then
       redis.call('PUBLISH', channel, msg)
+    end
+  end
+  if #marks > 0 then
+    if g then
+      for _, v in ipairs(marks) do g.hset[#g.hset + 1] = v end
+    else
+      redis.call('HSET', KEYS[2], unpack(marks))
     end
   end
   if #zadd > 0 then
@@ -349,6 +379,6 @@ end
 -- queued).
 local function dequeue(wait, now_ms, free, own, limit)
   if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
-  redis.call('HDEL', KEYS[2], '?' .. wait)
+  redis.call('HDEL', KEYS[2], '?' .. wait, '!' .. wait)
   return pass_on(now_ms, free, own, limit)
 end
