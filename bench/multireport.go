@@ -227,15 +227,7 @@ var multiMetrics = []multiMetric{
 	{name: "cpu µs/acq", format: "%.1f", value: MultiStats.CPUUsecPerAcq, better: -1},
 }
 
-func fmtMetric(m multiMetric, v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "-"
-	case math.IsInf(v, 1):
-		return "inf"
-	}
-	return fmt.Sprintf(m.format, v)
-}
+func fmtMetric(m multiMetric, v float64) string { return fmtCell(m.format, v) }
 
 // printMulti prints the multi-process table (medians over the rounds),
 // the ratios of redsem to the best peer, and the details.

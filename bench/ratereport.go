@@ -143,6 +143,7 @@ type rateCol[T any] struct {
 // be 0).
 var noRatio = map[string]bool{"1s windows over": true}
 
+// fmtCell writes v by format, "-" for NaN (nothing measured) and "inf".
 func fmtCell(format string, v float64) string {
 	switch {
 	case math.IsNaN(v):
