@@ -42,8 +42,7 @@ func aclCommands(env checkEnv) []aclCommand {
 	for _, c := range []string{"zrange", "zrangebyscore", "zrevrangebyscore"} {
 		cs = append(cs, aclCommand{name: c, args: []string{c, key, "0", "1"}})
 	}
-	cs = append(cs, aclCommand{name: "zcard", args: []string{"zcard", key}},
-		aclCommand{name: "pexpireat", args: []string{"pexpireat", key, "1"}},
+	cs = append(cs, aclCommand{name: "pexpireat", args: []string{"pexpireat", key, "1"}},
 		aclCommand{name: "persist", args: []string{"persist", key}},
 		aclCommand{name: "get", args: []string{"get", key}},
 		aclCommand{name: "set", args: []string{"set", key, "1"}},

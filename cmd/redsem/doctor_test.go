@@ -13,7 +13,7 @@ import (
 
 // readmeACL is the README's least-privilege user (its ACL line), under
 // the prefix the doctor tests use.
-const readmeACL = "on >pw ~redsem:* resetchannels &redsem:* -@all +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping +time +hmget +hset +hdel +hincrby +zadd +zrem +zscore +zmscore +zcard +zrange +zrangebyscore +zrevrangebyscore +pexpireat +persist +publish +get +set +del +mget"
+const readmeACL = "on >pw ~redsem:* resetchannels &redsem:* -@all +fcall +function|load +evalsha +eval +hget +info +scan +subscribe +ping +time +hmget +hset +hdel +hincrby +zadd +zrem +zscore +zmscore +zrange +zrangebyscore +zrevrangebyscore +pexpireat +persist +publish +get +set +del +mget"
 
 // doctorResult is one doctor run: its exit status, findings and errors.
 type doctorResult struct {

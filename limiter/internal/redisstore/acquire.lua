@@ -13,10 +13,8 @@
 -- order per node can deadlock waiters that each head one node.
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
--- extended), {0, ms until the earliest expiry, permits in use, at head
--- (1: no live waiter ahead; for a newcomer refused for want of permits,
--- no entry at all: see ahead below)} when not (with the last token
--- issued, and 1 when the restart quarantine
+-- extended), {0, ms until the earliest expiry, permits in use, at head}
+-- when not (with the last token issued, and 1 when the restart quarantine
 -- refused it, 2 when the name's pause did, the ms being then until its
 -- end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
@@ -126,22 +124,10 @@ if not conflict and total + weight > limit then
   total = total - freed
 end
 
--- In order: the permits of live waiters ahead are spoken for. A request
--- that does not fit even in the permits free now cannot fit whatever is
--- ahead of it: the walk (a ZRANGE and an HMGET) would only tell whether it
--- heads the queue, which a newcomer does when the queue is empty (ZCARD;
--- one call less). Entries of dead or too heavy waiters then count as
--- ahead: such a waiter sets no timer, and is woken by the release that
--- drops them, or told by its keep-alive that it fits. A queued waiter
--- still walks: its own entry is in the queue. A request that never
--- queues asks nothing.
+-- In order: the permits of live waiters ahead are spoken for.
 local ahead = 0
 if ARGV[11] == '1' and not conflict and st[8] ~= st[9] then
-  if mine or total + weight <= limit then
-    ahead = queued_ahead(now_ms, wait, limit)
-  elseif wait ~= '' then
-    ahead = redis.call('ZCARD', KEYS[3])
-  end
+  ahead = queued_ahead(now_ms, wait, limit)
 end
 
 -- No token: the name is new to this server, or was forgotten in a restart
