@@ -190,7 +190,7 @@ if wait ~= '' then
   -- The wake-up that brought this attempt is spent: reset the marker
   -- (pass_on), so that the next room wakes the waiter again. '' rather
   -- than HDEL: it rides on this HSET.
-  if st[10] == '1' then set[5], set[6] = '!' .. wait, '' end
+  if st[10] and st[10] ~= '' then set[5], set[6] = '!' .. wait, '' end
   if not mine then
     -- The ticket is the seq read above plus one, written with the record
     -- (the script runs alone: nobody took it meanwhile), one call less

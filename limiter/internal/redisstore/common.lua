@@ -6,11 +6,11 @@
 --                own limit>:<wake channel>" per queued waiter (direct-
 --                grant ttl 0: wake it, do not grant it in a release; see
 --                release.lua),
---                '!'..wait -> '1' while a queued waiter has been woken and
---                its attempt is on its way: pass_on wakes it no more (see
---                there). Written in the waker's own HSET, reset to '' when
---                the attempt queues it again, deleted with its record,
---                and
+--                '!'..wait -> when (ms) a queued waiter was woken: for
+--                WOKEN_MS after, its attempt is taken to be on its way
+--                and pass_on does not wake it again (see there). Written
+--                in the waker's own HSET, reset to '' when the attempt
+--                queues it again, deleted with its record, and
 --                total  (sum of the weights of every lease in KEYS[1]),
 --                token  (the last fencing token),
 --                limit  (the limit of the last grant: releases wake and
@@ -201,7 +201,8 @@ end
 -- is walked to all the same.
 -- Visits the queue from its head, at most 64 entries, calling
 -- visit(id, weight, channel, direct-grant ttl, expiry, own limit, woken)
--- for each live one until it returns true (woken: its '!' marker is set).
+-- for each live one until it returns true (woken: its '!' marker, when
+-- it was woken, or false).
 -- The marker is read in the same HMGET as the record, and dropped with it.
 -- Entries whose Client stopped keeping them alive are dropped on the way
 -- (keep excepted, dead or alive). now is the time in ms, or nil to read
@@ -229,7 +230,7 @@ local function walk_queue(now, visit, keep)
       end
       if ids[i] ~= keep and (not w or exp <= now) then
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp, own_limit, vals[2 * i] == '1') then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonumber(vals[2 * i] or '')) then
         finished = true
         break
       end
@@ -302,16 +303,20 @@ end
 -- as its own acquire would be; from the first that is not, the rest are
 -- only woken, so nobody overtakes it.
 --
--- A waiter only woken is marked ('!'..wait, in g.hset when the caller
--- writes the state anyway): until its attempt queues it again (acquire.lua
--- resets the marker) or takes it out, later calls do not wake it again,
--- but still count its weight as spoken for, so nobody behind overtakes it.
--- Without the marker every release while an attempt is on its way woke
--- the same waiters again: 2.6 PUBLISH per acquisition where 0.7 were
--- needed, when releases cannot grant. A wake-up lost on the way is still
--- made good by the Client's resubscribe signal, and by the keep-alive
--- (refresh.lua), which tells a waiter whose permits are free to try.
+-- A waiter only woken is marked with the time ('!'..wait, in g.hset when
+-- the caller writes the state anyway): for WOKEN_MS, or until its attempt
+-- queues it again (acquire.lua resets the marker) or takes it out, later
+-- calls do not wake it again, but still count its weight as spoken for,
+-- so nobody behind overtakes it. Without the marker every release while
+-- an attempt is on its way woke the same waiters again: 2.6 PUBLISH per
+-- acquisition where 0.7 were needed, when releases cannot grant. The
+-- marker lapses rather than waiting to be reset, so that a wake-up lost
+-- on the way (a reply that did not arrive, a dropped message) is made
+-- good by the next release after WOKEN_MS, as before it (and by the
+-- keep-alive), and a waiter queued again by an older version, which knows
+-- nothing of it, is woken again all the same.
 -- A direct grant is made whether the waiter is marked or not.
+local WOKEN_MS = 200
 local function pass_on(now_ms, free, own, limit, g)
   local mine = {}
   local granting = g ~= nil
@@ -338,10 +343,10 @@ local function pass_on(now_ms, free, own, limit, g)
       g.total = g.total + fw
       newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
       msg = wait .. ' ' .. t
-    elseif woken then
-      msg = nil -- woken already: its attempt is on its way
+    elseif woken and clock_ms() - woken < WOKEN_MS then
+      msg = nil -- woken just now: its attempt is on its way
     else
-      marks[#marks + 1], marks[#marks + 2] = '!' .. wait, '1'
+      marks[#marks + 1], marks[#marks + 2] = '!' .. wait, fmt(clock_ms())
     end
     if msg and channel == own then
       mine[#mine + 1] = msg
