@@ -471,3 +471,32 @@ func chanOf(rec string) string {
 	}
 	return ""
 }
+
+// A newcomer that cannot fit reads one page of the queue, to learn
+// whether a live waiter is ahead of it (its head timer), however long the
+// queue: counting what is ahead would walk all of it (a newcomer is not
+// in it), up to four pages.
+func TestNewcomerThatCannotFitReadsOnePage(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	sem, err := newSemaphore(t, srv.Client(t), "one-page", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 { // three pages of live waiters
+		if granted, err := limiter.AcquireOnce(ctx, sem, fmt.Sprint("q", i), fmt.Sprint("q", i), false); err != nil || granted {
+			t.Fatal(granted, err)
+		}
+	}
+	srv.ResetStats(t)
+	if granted, err := limiter.AcquireOnce(ctx, sem, "newcomer", "newcomer", false); err != nil || granted {
+		t.Fatal(granted, err)
+	}
+	// One ZRANGE is the sweep's, of the leases.
+	if n := srv.CommandCalls(t)["zrange"] - 1; n > 1 {
+		t.Errorf("a newcomer that cannot fit read %d pages of the queue, want 1", n)
+	}
+}

@@ -124,10 +124,21 @@ if not conflict and total + weight > limit then
   total = total - freed
 end
 
--- In order: the permits of live waiters ahead are spoken for.
+-- In order: the permits of live waiters ahead are spoken for. A
+-- newcomer that does not fit even in the permits free now cannot fit
+-- whatever is ahead: only whether a live waiter is (for the head's timer)
+-- matters, and the walk stops at the first (one page, where counting
+-- what is ahead walked the whole queue, up to four: a newcomer is not in
+-- it). Dead entries on the way are dropped, as by any walk.
 local ahead = 0
 if ARGV[11] == '1' and not conflict and st[8] ~= st[9] then
-  ahead = queued_ahead(now_ms, wait, limit)
+  if mine or total + weight <= limit then
+    ahead = queued_ahead(now_ms, wait, limit)
+  elseif wait ~= '' then -- (a request that never queues asks nothing)
+    local live = false
+    local told = walk_queue(now_ms, function() live = true; return true end)
+    if live or not told then ahead = 1 end
+  end
 end
 
 -- No token: the name is new to this server, or was forgotten in a restart
