@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,5 +266,55 @@ func TestWaitRefusedRunsResumeOnce(t *testing.T) {
 	}
 	if re := new(limiter.ReplicationError); !errors.As(err, &re) {
 		t.Errorf("Resume: %v, want the ReplicationError of WAIT's refusal", err)
+	}
+}
+
+// A server that answers the library's load with an error (here another
+// library holds one of its function names) is not sent the load again on
+// every call: calls go by EVALSHA, and the load is tried again later.
+func TestLibraryTheServerWillNotTakeIsNotLoadedOnEveryCall(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	mu, err := clientFor(t, rdb).Mutex("squatted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle := func() {
+		t.Helper()
+		l, err := mu.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the library
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "redsem_*"}).Result()
+	if err != nil || len(libs) != 1 {
+		t.Fatalf("libraries %v: %v", libs, err)
+	}
+	var squatted string
+	for _, f := range libs[0].Functions {
+		if strings.HasSuffix(f.Name, "_resume") { // not called by this test
+			squatted = f.Name
+		}
+	}
+	if err := rdb.FunctionDelete(ctx, libs[0].Name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	squatter := "#!lua name=squatter\nredis.register_function('" + squatted + "', function() return 1 end)"
+	if err := rdb.FunctionLoad(ctx, squatter).Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetStats(t)
+	for range 20 {
+		cycle()
+	}
+	calls := srv.CommandCalls(t)
+	t.Logf("calls %v", calls)
+	if calls["function|load"] != 1 || calls["evalsha"] < 40 {
+		t.Fatalf("function|load %d, evalsha %d: want one load, then EVALSHA", calls["function|load"], calls["evalsha"])
 	}
 }

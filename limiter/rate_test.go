@@ -148,6 +148,42 @@ func TestRateAfterARestartGivesNoBurst(t *testing.T) {
 	}
 }
 
+// The careful start asks the server's age (an INFO, dearer than the rest
+// of the call) only when the name has no state: a name used again within
+// a minute keeps it, though its burst refilled long before, and is known
+// to the Inspector only while its burst is not whole.
+func TestRateUsedOftenDoesNotAskTheServerAge(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := ctxT(t, 20*time.Second)
+	c := redistest.Limiter(t, srv.Client(t), limiter.RestartQuarantine(time.Second))
+	rl, err := c.RateLimit("often", limiter.Rate{Events: 1000, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, err := c.RateLimit("warm", limiter.Rate{Events: 1, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := warm.Allow(ctx); err != nil { // the Client's own first checks
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // past the quarantine, so the first is allowed
+	srv.ResetStats(t)
+	for range 10 {
+		if ok, err := rl.Allow(ctx); err != nil || !ok {
+			t.Fatalf("Allow at a tenth of the rate: %v, %v", ok, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the burst (1 ms) refills
+	}
+	if n := srv.CommandCalls(t)["info"]; n > 1 {
+		t.Errorf("%d INFO calls for 10 events 20 ms apart, want at most the first", n)
+	}
+	st, err := c.Inspector().Rate(ctx, "often")
+	if err != nil || st.Known || st.NextFree != 0 {
+		t.Errorf("Rate of a name whose burst refilled: %+v, %v; want not Known", st, err)
+	}
+}
+
 // SetRate changes the rate of every RateLimit of the name, whatever its
 // own; clearing it brings their own back.
 func TestSetRateIsFleetWide(t *testing.T) {

@@ -54,11 +54,17 @@ end
 local clock, clock_t, clock_s
 local queue_seen_empty -- see walk_queue
 
--- Forgets what the last call cached: a script run by EVAL starts fresh,
--- but a function in a library (scripts.go) shares these upvalues with
--- every call before it.
+-- math.max and math.ceil as upvalues: a global costs a lookup in the
+-- globals on every use, an upvalue none. A library's loading may not read
+-- globals, so its first call sets them (begin_call).
+local max, ceil
+
+-- Starts every call (scripts.go): forgets what the last call cached. A
+-- script run by EVAL starts fresh, but a function in a library shares
+-- these upvalues with every call before it.
 local function begin_call()
   clock, clock_t, clock_s, queue_seen_empty = nil, nil, nil, nil
+  if not max then max, ceil = math.max, math.ceil end
 end
 
 local function now_us()
@@ -145,6 +151,13 @@ local function uptime_us()
   local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   return up and (up - 1) * 1000000
 end
+
+-- How long a rate's key (reserve.lua) outlives its tat. Past tat the
+-- burst is whole, which is what no key means too; but a missing key makes
+-- a careful reserve ask the server's age (one INFO, which costs more than
+-- the rest of the call), so a name used at least once a minute never pays
+-- it, and one used less often pays it at most once a minute.
+local RATE_KEEP_US = 60000000
 
 -- At most this many expired leases or dead waiters are dropped per call,
 -- so one call's cost stays bounded whatever piled up; the rest go on later

@@ -18,7 +18,7 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 	case "evalsha":
 		ok = args[1] == sc.sha
 	case "eval":
-		ok = args[1] == commonLua+sc.body
+		ok = args[1] == sc.text
 	}
 	keys, _ := args[2].(int)
 	if !ok || len(args) < 3+keys {

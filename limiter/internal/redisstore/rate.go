@@ -20,7 +20,7 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	if r.Careful {
 		careful = "1"
 	}
-	v, err := s.run(ctx, reserveScript, k, r.Rate.Events, r.Rate.Per.Nanoseconds(), r.Rate.Burst, r.N, maxWait, careful).Slice()
+	v, err := s.run(ctx, reserveScript, k, interval(r.Rate), r.Rate.Burst, r.N, maxWait, careful).Slice()
 	if err != nil {
 		return store.ReserveReply{}, err
 	}
@@ -35,6 +35,13 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 		return store.ReserveReply{Wait: micros(v[1]), Paused: asInt(v[2]) == 1}, nil
 	}
 	return store.ReserveReply{TooBig: asInt(v[1])}, nil
+}
+
+// interval is r's emission interval in µs, as reserve.lua computes it
+// from a fleet rate (per_ns / 1000 / events, in doubles), written so that
+// Lua reads back the same double: the script then divides nothing.
+func interval(r store.Rate) string {
+	return strconv.FormatFloat(float64(r.Per.Nanoseconds())/1000/float64(r.Events), 'g', -1, 64)
 }
 
 // Unreserve runs unreserve.lua once.
@@ -73,7 +80,9 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 	if f := strings.Fields(v[1]); len(f) == 3 {
 		st.Fleet = store.Rate{Events: atoi(f[0]), Per: time.Duration(atoi(f[1])), Burst: atoi(f[2])}
 	}
-	if v[0] != "" {
+	// The key outlives tat (reserve.lua's RATE_KEEP_US); past tat the
+	// burst is whole, as when there is no key.
+	if v[0] != "" && atoi(v[0]) > atoi(v[3]) {
 		st.Known = true
 		if st.Fleet.Events > 0 {
 			// When the next event of cost 1 may go, by the fleet rate; a

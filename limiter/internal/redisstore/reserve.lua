@@ -1,10 +1,13 @@
 -- KEYS[1] rate  STRING tat: µs (server clock), GCRA's theoretical arrival
---               time; it expires then, when the burst is whole again
+--               time; past it the burst is whole again, and the key
+--               expires RATE_KEEP_US later (see there)
 -- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua;
 --               it outlives the pause, whose end still paces the rate)
 -- KEYS[3] fleet STRING "events per_ns burst": the rate SetRate stored
--- ARGV: events, per_ns, burst (the asking rate), n (the event's cost),
---       max_wait_us (-1: no bound), careful (1: see below)
+-- ARGV: T, burst (the asking rate: T is its emission interval, per /
+--       events, in µs, as a decimal that Go and Lua compute alike), n
+--       (the event's cost), max_wait_us (-1: no bound), careful (1: see
+--       below)
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
 -- from now, and unreserve.lua gives it back while tat is still next ({1,
 -- 0} when it goes now: nothing is left to give back);
@@ -17,41 +20,40 @@
 -- in the order they reached Redis, paced exactly, with one call each.
 -- Three commands (MGET, TIME, SET): every key is a string.
 local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
-local events, per, burst
+local T, burst -- T: the emission interval, µs
 if st[3] then
   local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
-  events, per, burst = tonumber(e), tonumber(p), tonumber(b)
+  T, burst = p / 1000 / e, b + 0
 else
-  events, per, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  T, burst = ARGV[1] + 0, ARGV[2] + 0
 end
-local n = tonumber(ARGV[4])
+local n = ARGV[3] + 0
 if n > burst then return {-1, burst} end
-local T = per / 1000 / events -- µs
 local now = now_us()
-local tat = tonumber(st[1])
-if not tat and ARGV[6] == '1' then
+local tat = num(st[1])
+if not tat and ARGV[5] == '1' then
   -- No state: a name never used, used long ago, or forgotten by a restart.
   -- Events before the start can have moved tat to at most the start plus
   -- a burst: until then, take it that they did.
   local up = uptime_us()
   if up then tat = now - up + burst * T end
 end
-tat = math.max(tat or now, now)
+tat = max(tat or now, now)
 -- A pause leaves the burst empty at its end: the first event goes then,
 -- the others paced after it (an API that answered 429 is not sent a burst
 -- the moment it said to come back), also after the end, until the burst
 -- has refilled. Times are rounded up: a rate may run slow by a µs an
 -- event, never fast.
-local paused = tonumber(st[2] or '0')
-tat = math.ceil(math.max(tat, paused + (burst - 1) * T))
-local wait = math.max(tat + (n - burst) * T - now, 0)
-local max_wait = tonumber(ARGV[5])
+local paused = num(st[2]) or 0
+tat = ceil(max(tat, paused + (burst - 1) * T))
+local wait = max(tat + (n - burst) * T - now, 0)
+local max_wait = ARGV[4] + 0
 if max_wait >= 0 and wait > max_wait then
-  return {0, fmt(math.ceil(wait)), paused > now and 1 or 0}
+  return {0, ceil(wait), paused > now and 1 or 0}
 end
-local nxt = math.ceil(tat + n * T)
-local nxt_s = fmt(nxt)
--- Past tat the burst is whole, which is what no state means too.
-redis.call('SET', KEYS[1], nxt_s, 'PX', math.ceil((nxt - now) / 1000))
+local nxt = ceil(tat + n * T)
+-- A number passed to redis.call is written with "%.17g": whole µs below
+-- 1e17 come out as fmt writes them, so unreserve.lua's compare holds.
+redis.call('SET', KEYS[1], nxt, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
 if wait == 0 then return {1, 0} end
-return {1, fmt(math.ceil(wait)), fmt(tat), nxt_s}
+return {1, ceil(wait), fmt(tat), fmt(nxt)}

@@ -67,11 +67,13 @@ var (
 // theirs on every call. fn is nil for a script outside the library.
 type luaScript struct {
 	sha, fn any
-	body    string
+	body    string // the script's own lines
+	text    string // what EVAL sends: the prelude, begin_call, body
 }
 
 func newScript(body string) luaScript {
-	return luaScript{sha: fmt.Sprintf("%x", sha1.Sum([]byte(commonLua+body))), body: body}
+	text := commonLua + "begin_call()\n" + body
+	return luaScript{sha: fmt.Sprintf("%x", sha1.Sum([]byte(text))), body: body, text: text}
 }
 
 // functions is the library the scripts eval sends are loaded in once per

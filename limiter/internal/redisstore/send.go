@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"math"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,7 +30,7 @@ const (
 // firstWay is FCALL, or EVALSHA for a script outside the library or once
 // this server refused functions.
 func (s *Store) firstWay(sc luaScript) sendWay {
-	if sc.fn == nil || s.noFunctions.Load() {
+	if off := s.functionsOff.Load(); sc.fn == nil || off != 0 && time.Now().UnixNano() < off {
 		return bySHA
 	}
 	return byFunction
@@ -40,7 +43,7 @@ func scriptCmd(ctx context.Context, sc luaScript, way sendWay, args []any) *redi
 	case way < bySHA:
 		args[0], args[1] = "fcall", sc.fn
 	case way == byText:
-		args[0], args[1] = "eval", commonLua+sc.body
+		args[0], args[1] = "eval", sc.text
 	default:
 		args[0], args[1] = "evalsha", sc.sha
 	}
@@ -102,7 +105,7 @@ func isRefused(err error) bool {
 // or FUNCTION LOAD is not asked again.
 func (s *Store) loadFunctions(ctx context.Context, callErr error, loads uint64) bool {
 	if isRefused(callErr) {
-		s.noFunctions.Store(true)
+		s.functionsOff.Store(math.MaxInt64)
 		return false
 	}
 	select {
@@ -117,13 +120,21 @@ func (s *Store) loadFunctions(ctx context.Context, callErr error, loads uint64) 
 	err := s.dep.masters(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 		return c.FunctionLoadReplace(ctx, functions).Err()
 	})
-	if isRefused(err) {
-		s.noFunctions.Store(true)
+	var answered redis.Error
+	switch {
+	case isRefused(err):
+		s.functionsOff.Store(math.MaxInt64)
+	case errors.As(err, &answered):
+		s.functionsOff.Store(time.Now().Add(loadRetry).UnixNano())
 	}
 	s.loaded.Store(err == nil)
 	s.loads.Add(1)
 	return err == nil
 }
+
+// loadRetry is how long calls go by EVALSHA after the server answered a
+// library load with an error.
+const loadRetry = time.Minute
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 

@@ -32,10 +32,12 @@ type Store struct {
 	// (the quarantine defaults to it).
 	owner, channel firstBox[string, any]
 	ms             firstBox[int64, any]
-	// noFunctions: the server cannot run or load the function library
-	// (Redis before 7, an ACL without FCALL or FUNCTION LOAD, a fake), so
-	// calls go by EVALSHA.
-	noFunctions atomic.Bool
+	// functionsOff: until when (Unix ns) calls go by EVALSHA, not FCALL:
+	// for ever once the server refused functions (Redis before 7, an ACL
+	// without FCALL or FUNCTION LOAD, a fake), and for loadRetry after it
+	// answered a load with an error (out of memory, say), so that a
+	// library it will not take costs one load a minute, not one a call.
+	functionsOff atomic.Int64
 	// loads counts the library loads tried, loaded whether the last one
 	// succeeded, and loading lets one run at a time: the calls that found
 	// the library missing at once (after a flush, a restart, a failover)

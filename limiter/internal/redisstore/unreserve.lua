@@ -4,10 +4,5 @@
 -- still next): later callers were given their times already, which
 -- cannot move. Returns 1 when it did, 0 when it could not.
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
-local ms = math.ceil((tonumber(ARGV[1]) - now_us()) / 1000)
-if ms > 0 then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', fmt(ms))
-else
-  redis.call('DEL', KEYS[1]) -- the burst is whole again
-end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', fmt(math.max(math.ceil((tonumber(ARGV[1]) - now_us() + RATE_KEEP_US) / 1000), 1)))
 return 1
