@@ -35,8 +35,8 @@ type sampler struct {
 	in  *limiter.Inspector
 	cfg config
 
-	mu        sync.Mutex // one sample at a time; guards what follows
-	prevAt    time.Time  // of the last good sample
+	mu        sync.Mutex                      // one sample at a time; guards what follows
+	prevAt    time.Time                       // of the last good sample
 	waits     map[string]map[string]firstSeen // name → wait id
 	lastToken map[string]int64                // the highest token seen, by name
 
