@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func runHolder() int {
 // holderProcess is a running holder child: its output, line by line.
 type holderProcess struct {
 	lines chan string
+	stop  func() // closes its input, so that it releases and exits
 }
 
 // startHolder starts a holder child of name with that id and waits until
@@ -88,12 +90,16 @@ func startHolder(t *testing.T, addr, name, id string) *holderProcess {
 			p.lines <- sc.Text()
 		}
 	}()
-	t.Cleanup(func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("holder child: %v", err)
-		}
-	})
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			stdin.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("holder child: %v", err)
+			}
+		})
+	}
+	t.Cleanup(p.stop)
 	if line, err := p.next(10 * time.Second); err != nil || !strings.HasPrefix(line, "held ") {
 		t.Fatalf("holder child: %q, %v", line, err)
 	}

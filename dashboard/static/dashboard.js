@@ -44,12 +44,18 @@
   const charts = [];
   window.redsemCharts = charts; // for the browser tests
 
+  const steps = uPlotSteps();
+  function uPlotSteps() {
+    return typeof uPlot !== "undefined" && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined;
+  }
+
   function options(spec, el) {
     return {
       title: spec.title,
       width: el.clientWidth || 600,
       height: 170,
-      series: [{}].concat(spec.series.map((s) => ({ label: s[0], stroke: s[2], width: 2, dash: s[3], points: { show: false } }))),
+      // Counts hold until the next sample: drawn as steps.
+      series: [{}].concat(spec.series.map((s) => ({ label: s[0], stroke: s[2], width: 2, dash: s[3], points: { show: false }, paths: steps }))),
       scales: { y: { range: (u, min, max) => [0, Math.max(1, (max || 0) * 1.1)] } },
     };
   }
