@@ -24,6 +24,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"nextFree": nextFreeText,
 	"paused":   pausedText,
 	"inc":      func(i int) int { return i + 1 },
+	"share":    func(n int64, f float64) float64 { return float64(n) * f },
 }).ParseFS(templateFiles, "templates/*.html"))
 
 // page is what every template reads.
