@@ -78,7 +78,13 @@ func (d *Dashboard) routes() *http.ServeMux {
 //	mux.Handle("/redsem/", http.StripPrefix("/redsem", d))
 //
 // A page asked for before the first sample waits for it, or for the
-// request's context to end.
+// request's context to end. While Redis cannot be read, the pages show
+// the last good sample and the error (JSON: "error"); a glob filter that
+// Redis cannot answer is an error on the overview (api/overview: 502).
+// An action answers JSON: 200 when done, 400 for bad input (naming it),
+// 401 without the token, 403 when actions are off or the request is
+// cross-site, 404 for a lease that is not held, 502 when Redis failed
+// (the change may have been made all the same).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")

@@ -242,3 +242,17 @@ func TestNewArguments(t *testing.T) {
 		t.Errorf("New(nil): %v", err)
 	}
 }
+
+// Close stops the sampler: no sample after it, and the pages still serve
+// the last one.
+func TestCloseStopsSampling(t *testing.T) {
+	f := newFixture(t)
+	f.hold(t, f.sem(t, "jobs", 1), "w", 1)
+	f.eventually(t, "api/overview", "jobs sampled", func(b string) bool { return strings.Contains(b, "jobs") })
+	f.dash.Close()
+	_, before := f.get(t, "api/overview")
+	time.Sleep(3 * testInterval)
+	if _, after := f.get(t, "api/overview"); after != before || !strings.Contains(after, "jobs") {
+		t.Errorf("sampled after Close, or lost the last sample:\n%s\n%s", before, after)
+	}
+}
