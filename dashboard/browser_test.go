@@ -125,7 +125,7 @@ func TestBrowserLive(t *testing.T) {
 	screenshot(t, ctx, "overview")
 
 	run(t, ctx, 10*time.Second, "the name's page, its holders and a drawn chart",
-		chromedp.Click(chromedp.CSS(`tr[data-name="browser jobs {x}"] a`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('tr[data-name="browser jobs {x}"] a').click()`),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="worker-7"]`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="worker-8"]`)),
 		void(chromedp.Poll[bool](chartDrawn, chromedp.WithPollingTimeout(8*time.Second))))
 
@@ -136,7 +136,10 @@ func TestBrowserLive(t *testing.T) {
 	run(t, ctx, 10*time.Second, "release worker-7 from the page",
 		chromedp.SendKeys(chromedp.CSS("#token"), testToken),
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`), // what the operator answers
-		chromedp.Click(chromedp.CSS(`button.release[data-id="worker-7"]`)),
+		// A click in the page itself: the live part is redrawn every
+		// interval, and a node chromedp found may be gone by its click.
+		chromedp.WaitVisible(chromedp.CSS(`button.release[data-id="worker-7"]`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('button.release[data-id="worker-7"]').click()`),
 		chromedp.WaitVisible(chromedp.CSS("#status.ok")),
 		chromedp.WaitNotPresent(chromedp.CSS(`tr[data-id="worker-7"]`)))
 	if hs, err := f.app.Inspector().Holders(f.ctx, name); err != nil || len(hs) != 0 {
