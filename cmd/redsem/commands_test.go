@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
@@ -80,14 +80,14 @@ func TestLs(t *testing.T) {
 	}
 
 	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", true) })
-	var entries []lsEntry
+	var entries []namestate.Entry
 	if err := json.Unmarshal([]byte(out), &entries); err != nil {
 		t.Fatalf("ls -json is not JSON: %v\n%s", err, out)
 	}
-	wantJSON := []lsEntry{
-		{Name: "api:github", Kind: kindSemaphore, FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
-		{Name: "jobs", Kind: kindSemaphore, FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
-		{Name: "queued", Kind: kindSemaphore, FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
+	wantJSON := []namestate.Entry{
+		{Name: "api:github", Kind: namestate.KindSemaphore, FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
+		{Name: "jobs", Kind: namestate.KindSemaphore, FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
+		{Name: "queued", Kind: namestate.KindSemaphore, FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
 	}
 	if !reflect.DeepEqual(entries, wantJSON) {
 		t.Errorf("ls -json:\n%s", out)
@@ -141,7 +141,7 @@ func TestShow(t *testing.T) {
 	}
 
 	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "api:github", true) })
-	var st semState
+	var st namestate.State
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("show -json is not JSON: %v\n%s", err, out)
 	}
@@ -207,7 +207,7 @@ func TestShowWaiters(t *testing.T) {
 	}
 
 	out = f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "queued", true) })
-	var st semState
+	var st namestate.State
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("show -json is not JSON: %v\n%s", err, out)
 	}
@@ -361,60 +361,6 @@ func TestRelease(t *testing.T) {
 	}
 	if hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs"); err != nil || len(hs) != 0 {
 		t.Errorf("holders after release b: %+v, %v", hs, err)
-	}
-}
-
-// grantingSem is a reader (an Inspector) of a semaphore whose first
-// waiter is granted right after the first read of the queue: the race
-// between the limiter's separate reads of queue and holders, made
-// certain. It has no fleet limit; other names it records in wrongNames.
-type grantingSem struct {
-	queueReads, holderReads int
-	wrongNames              []string
-}
-
-func (g *grantingSem) check(name string) {
-	if name != "jobs" {
-		g.wrongNames = append(g.wrongNames, name)
-	}
-}
-
-func (g *grantingSem) Limit(_ context.Context, name string) (int64, error) {
-	g.check(name)
-	return 0, nil
-}
-
-func (g *grantingSem) Waiters(_ context.Context, name string) ([]limiter.Waiter, error) {
-	g.check(name)
-	g.queueReads++
-	if g.queueReads == 1 { // before the grant
-		return []limiter.Waiter{{ID: "w", Weight: 1, TTL: time.Second}, {ID: "v", Weight: 1, TTL: time.Second}}, nil
-	}
-	return []limiter.Waiter{{ID: "v", Weight: 1, TTL: time.Second}}, nil
-}
-
-func (g *grantingSem) Holders(_ context.Context, name string) ([]limiter.Holder, error) {
-	g.check(name)
-	g.holderReads++
-	return []limiter.Holder{{ID: "w", Weight: 1, Token: 7, TTL: time.Second}}, nil
-}
-
-// A waiter granted while inspect reads shows as a holder only, not also
-// in the queue.
-func TestInspectGrantBetweenReads(t *testing.T) {
-	g := &grantingSem{}
-	st, err := inspectWith(context.Background(), g, "jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Holders) != 1 || st.Holders[0].ID != "w" || len(st.Waiters) != 1 || st.Waiters[0].ID != "v" {
-		t.Errorf("inspect: holders %+v, waiters %+v; want holder w and waiter v only", st.Holders, st.Waiters)
-	}
-	if g.holderReads != 2 || g.queueReads != 3 {
-		t.Errorf("read the holders %d times and the queue %d times, want 2 and 3", g.holderReads, g.queueReads)
-	}
-	if st.FleetLimit != nil || len(g.wrongNames) > 0 {
-		t.Errorf("inspect: fleet limit %v, read names %q; want none, and only jobs read", st.FleetLimit, g.wrongNames)
 	}
 }
 

@@ -2,8 +2,8 @@
 // limits of github.com/redsem/redsem/limiter and steer them: list them,
 // show who holds one and who waits for it, watch it live, read or set a
 // limit or a rate the whole fleet obeys, pause a name, force-release
-// a stuck lease, and check that a Redis deployment keeps the limiter's
-// promises (doctor).
+// a stuck lease, see it all live in a browser (serve), and check that a
+// Redis deployment keeps the limiter's promises (doctor).
 //
 //	go install github.com/redsem/redsem/cmd/redsem@latest
 //
@@ -21,6 +21,7 @@
 //	redsem [flags] pause NAME DURATION NAME's rate limits grant nothing for DURATION
 //	redsem [flags] unpause NAME        lift NAME's pause
 //	redsem [flags] release NAME ID     force-release the lease with id ID
+//	redsem [flags] serve               a live dashboard in the browser, and /metrics
 //	redsem [flags] doctor              check Redis against the limiter's promises
 //
 // Flags may come before or after the command and its arguments; "--" ends
@@ -37,7 +38,11 @@
 //	-tls-insecure      do not verify the server's certificate (implies -tls)
 //	-prefix P          key prefix of the limiter Clients (default "redsem:")
 //	-timeout D         bound on the whole command; for watch, on each poll (default 10s)
-//	-interval D        watch: time between polls (default 500ms)
+//	-interval D        watch: time between polls (default 500ms); serve:
+//	                   between samples (default 1s)
+//	-listen HOST:PORT  serve: where to listen (default 127.0.0.1:7380)
+//	-actions           serve: the pages may release, set limits and rates, pause
+//	-token T           serve: the actions' token (default $REDSEM_TOKEN)
 //	-redlock A,B,...   doctor: check these independent nodes (a Redlock quorum)
 //	-wait-replicas N   doctor: the WaitReplicas n of your Clients (default 0)
 //	-ttl D             doctor: the longest TTL of your Clients (default 10s)
@@ -115,6 +120,15 @@
 // default within a third of its TTL), when its Lease ends with
 // limiter.ErrLeaseLost. Until then it may still act as the holder; only
 // resources that check fencing tokens are protected.
+//
+// serve runs the dashboard of package github.com/redsem/redsem/dashboard
+// on -listen until SIGINT or SIGTERM (exit status 0): every name at a
+// glance, a name's holders, queue and charts, and per-name fleet gauges on
+// /metrics. It is read-only unless given -actions, which needs a token
+// (-token, or better $REDSEM_TOKEN, kept out of the process list) that
+// the pages send with each action. The pages name the Redis address,
+// never a password. Its first line on standard output says where it
+// listens (-listen 127.0.0.1:0 picks a free port).
 //
 // doctor checks every node (the server, each master of a Cluster, or each
 // -redlock node) and prints, per check, what it found and what to do;

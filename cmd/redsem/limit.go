@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -44,7 +45,7 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 }
 
 func readLimitInfo(ctx context.Context, in *limiter.Inspector, name string) (limitInfo, error) {
-	l, err := fleetLimitOf(ctx, in, name)
+	l, err := namestate.FleetLimit(ctx, in, name)
 	return limitInfo{Name: name, FleetLimit: l, Fleet: l != nil}, err
 }
 
@@ -54,7 +55,7 @@ func readLimitInfo(ctx context.Context, in *limiter.Inspector, name string) (lim
 // the permits in use fit.
 func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, n int64, asJSON bool) error {
 	in := c.Inspector()
-	previous, err := fleetLimitOf(ctx, in, name)
+	previous, err := namestate.FleetLimit(ctx, in, name)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, 
 	if err != nil {
 		return err
 	}
-	_, inUse := holdersOf(hs)
+	_, inUse := namestate.HoldersOf(hs)
 	r := setLimitResult{limitInfo: after, Previous: previous, InUse: inUse}
 	if asJSON {
 		return writeJSON(w, r)

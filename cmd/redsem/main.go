@@ -34,6 +34,8 @@ const usage = `usage:
   redsem [flags] unpause NAME        lift NAME's pause
   redsem [flags] release NAME ID     force-release the lease with id ID; its
                                      holder learns of the loss at its next refresh
+  redsem [flags] serve               a live dashboard in the browser (and /metrics), on
+                                     -listen, read-only unless -actions, until Ctrl-C
   redsem [flags] doctor              check that Redis keeps the limiter's promises:
                                      eviction, persistence, version, ACL, slots,
                                      replicas, clocks, restart quarantine
@@ -50,7 +52,13 @@ flags (before or after the command; -- ends them):
   -tls-insecure      skip server certificate verification (implies -tls)
   -prefix P          key prefix of the limiter Clients (default "redsem:")
   -timeout D         bound on the whole command; for watch, on each poll (default 10s)
-  -interval D        watch: time between polls (default 500ms)
+  -interval D        watch: time between polls (default 500ms); serve: between
+                     samples (default 1s)
+  -listen HOST:PORT  serve: where the dashboard listens (default 127.0.0.1:7380;
+                     it shows who holds what: keep it off public networks)
+  -actions           serve: let the pages release leases, set limits and rates,
+                     pause and unpause, with the token
+  -token T           serve: the actions' token (default $REDSEM_TOKEN)
   -redlock A,B,...   doctor: check these independent nodes (a Redlock quorum)
   -wait-replicas N   doctor: the WaitReplicas n of your Clients (default 0)
   -ttl D             doctor: the longest TTL of your Clients, which is the
@@ -91,6 +99,8 @@ type options struct {
 	json     bool
 	tty      bool // standard output is a terminal: set by run, not a flag
 	doctor   doctorOptions
+	serve    serveOptions
+	where    string // where the Client connects, for messages: set by execute
 }
 
 // action is one command, its arguments checked, waiting for a Client.
@@ -106,6 +116,9 @@ type action struct {
 // run is the whole command: it returns the exit status.
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	o, act, err := parse(args)
+	if err == nil {
+		o.serve, err = o.serve.withEnv(getenv)
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(stdout, usage)
@@ -146,6 +159,9 @@ func parse(args []string) (options, action, error) {
 	fs.StringVar(&o.prefix, "prefix", limiter.DefaultPrefix, "key prefix")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on the command")
 	fs.DurationVar(&o.interval, "interval", 500*time.Millisecond, "watch: time between polls")
+	fs.StringVar(&o.serve.listen, "listen", "127.0.0.1:7380", "serve: listen address")
+	fs.BoolVar(&o.serve.actions, "actions", false, "serve: actions on")
+	fs.StringVar(&o.serve.token, "token", "", "serve: the actions' token")
 	fs.StringVar(&o.doctor.redlock, "redlock", "", "doctor: independent nodes")
 	fs.IntVar(&o.doctor.waitReplicas, "wait-replicas", 0, "doctor: WaitReplicas n")
 	fs.DurationVar(&o.doctor.ttl, "ttl", limiter.DefaultTTL, "doctor: the longest TTL")
@@ -159,6 +175,8 @@ func parse(args []string) (options, action, error) {
 			o.conn.addrSet = true
 		case "password":
 			o.conn.passwordSet = true
+		case "interval":
+			o.serve.intervalSet = true
 		}
 	})
 	if o.timeout <= 0 {
@@ -276,6 +294,11 @@ func command(name string, args []string) (action, error) {
 		return pauseCommand(args)
 	case "unpause":
 		return unpauseCommand(args)
+	case "serve":
+		if err := nargs(0, 0, ""); err != nil {
+			return action{}, err
+		}
+		return action{live: true, run: serve}, nil
 	case "doctor":
 		if err := nargs(0, 0, ""); err != nil {
 			return action{}, err
@@ -303,6 +326,7 @@ func execute(o options, act action, w io.Writer, getenv func(string) string) err
 	if err != nil {
 		return err
 	}
+	o.where = where
 	defer rdb.Close()
 	c, err := limiter.New(rdb, limiter.Prefix(o.prefix))
 	if err != nil {

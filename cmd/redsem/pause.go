@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -60,7 +61,7 @@ func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d t
 	if err != nil {
 		return err
 	}
-	r := pauseResult{Name: name, PausedMs: ceilMs(left), AskedMs: ceilMs(d)}
+	r := pauseResult{Name: name, PausedMs: namestate.CeilMs(left), AskedMs: namestate.CeilMs(d)}
 	if asJSON {
 		return writeJSON(w, r)
 	}
@@ -75,7 +76,7 @@ func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d t
 // unpause lifts name's pause and says how long it had left.
 func unpause(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
 	in := c.Inspector()
-	before, _, err := readRate(ctx, in, name)
+	before, _, err := namestate.ReadRate(ctx, in, name)
 	if err != nil {
 		return err
 	}

@@ -8,20 +8,21 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
 // rateInfo is what rate NAME prints with -json.
 type rateInfo struct {
 	Name string `json:"name"`
-	rateView
+	namestate.Rate
 	Fleet bool `json:"fleet"` // a fleet rate is set
 }
 
 // setRateResult is what rate NAME RATE prints with -json.
 type setRateResult struct {
-	rateInfo           // as read back; fleet_rate null when cleared
-	Previous *rateJSON `json:"previous"` // null when none was set
+	rateInfo                     // as read back; fleet_rate null when cleared
+	Previous *namestate.RateJSON `json:"previous"` // null when none was set
 }
 
 // rateOff is the RATE that clears the fleet rate.
@@ -102,8 +103,8 @@ func readRateCmd(ctx context.Context, w io.Writer, c *limiter.Client, name strin
 }
 
 func readRateInfo(ctx context.Context, in *limiter.Inspector, name string) (rateInfo, error) {
-	v, _, err := readRate(ctx, in, name)
-	return rateInfo{Name: name, rateView: v, Fleet: v.FleetRate != nil}, err
+	v, _, err := namestate.ReadRate(ctx, in, name)
+	return rateInfo{Name: name, Rate: v, Fleet: v.FleetRate != nil}, err
 }
 
 // setRate stores r as the fleet rate of name (the zero Rate clears it),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -84,7 +85,7 @@ func TestRate(t *testing.T) {
 	}
 	var info rateInfo
 	out := read(true)
-	fleet := &rateJSON{Events: 100, Per: "1m0s", Burst: 20}
+	fleet := &namestate.RateJSON{Events: 100, Per: "1m0s", Burst: 20}
 	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Name != "api" || !info.Fleet ||
 		!reflect.DeepEqual(info.FleetRate, fleet) || !msIn(info.NextFreeMs, 0, 600*time.Millisecond) || info.PausedMs != 0 {
 		t.Errorf("rate -json api (%v), want the fleet rate, the next event in at most 600ms (burst spent), no pause:\n%s", err, out)
@@ -95,7 +96,7 @@ func TestRate(t *testing.T) {
 	})
 	var r setRateResult
 	if err := json.Unmarshal([]byte(out), &r); err != nil || !r.Fleet || !reflect.DeepEqual(r.Previous, fleet) ||
-		!reflect.DeepEqual(r.FleetRate, &rateJSON{Events: 60, Per: "1m0s", Burst: 1}) {
+		!reflect.DeepEqual(r.FleetRate, &namestate.RateJSON{Events: 60, Per: "1m0s", Burst: 1}) {
 		t.Errorf("rate -json api 60/1m (%v):\n%s", err, out)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -93,22 +94,22 @@ func TestLsRates(t *testing.T) {
 	}
 
 	out = f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", true) })
-	var entries []lsEntry
+	var entries []namestate.Entry
 	if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) != 5 {
 		t.Fatalf("ls -json (%v):\n%s", err, out)
 	}
 	api, jobs, mail, slow := entries[1], entries[2], entries[3], entries[4]
-	if api.Kind != kindRate || !reflect.DeepEqual(api.FleetRate, &rateJSON{Events: 100, Per: "1m0s", Burst: 20}) ||
+	if api.Kind != namestate.KindRate || !reflect.DeepEqual(api.FleetRate, &namestate.RateJSON{Events: 100, Per: "1m0s", Burst: 20}) ||
 		api.NextFreeMs == nil || *api.NextFreeMs != 0 || api.PausedMs != 0 || api.FleetLimit != nil {
 		t.Errorf("ls -json api:github's rate: %+v", api)
 	}
-	if jobs.Kind != kindSemaphore || jobs.FleetRate != nil || jobs.NextFreeMs != nil || !msIn(&jobs.PausedMs, 59*time.Second, time.Minute) {
+	if jobs.Kind != namestate.KindSemaphore || jobs.FleetRate != nil || jobs.NextFreeMs != nil || !msIn(&jobs.PausedMs, 59*time.Second, time.Minute) {
 		t.Errorf("ls -json jobs: %+v, want a semaphore paused for about 1m", jobs)
 	}
-	if mail.Kind != kindRate || mail.FleetRate != nil || mail.NextFreeMs != nil || !msIn(&mail.PausedMs, 29*time.Second, 30*time.Second) {
+	if mail.Kind != namestate.KindRate || mail.FleetRate != nil || mail.NextFreeMs != nil || !msIn(&mail.PausedMs, 29*time.Second, 30*time.Second) {
 		t.Errorf("ls -json mail: %+v, want no fleet rate, next free unknown (null), paused for about 30s", mail)
 	}
-	if slow.Kind != kindRate || !msIn(slow.NextFreeMs, 59*time.Minute, time.Hour) {
+	if slow.Kind != namestate.KindRate || !msIn(slow.NextFreeMs, 59*time.Minute, time.Hour) {
 		t.Errorf("ls -json slow: %+v, want the next event in about 1h", slow)
 	}
 	if !strings.Contains(out, `"next_free_ms": null`) || !strings.Contains(out, `"fleet_rate": null`) {
@@ -167,10 +168,10 @@ func TestShowRate(t *testing.T) {
 		}
 	}
 
-	var st semState
+	var st namestate.State
 	out := show("api:github", true)
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Rate == nil ||
-		!reflect.DeepEqual(*st.Rate, rateView{FleetRate: &rateJSON{Events: 100, Per: "1m0s", Burst: 20}, NextFreeMs: ptr(0)}) || len(st.Holders) != 1 {
+		!reflect.DeepEqual(*st.Rate, namestate.Rate{FleetRate: &namestate.RateJSON{Events: 100, Per: "1m0s", Burst: 20}, NextFreeMs: ptr(0)}) || len(st.Holders) != 1 {
 		t.Errorf("show -json api:github (%v):\n%s", err, out)
 	}
 	if out := show("unused", true); !strings.Contains(out, `"rate": null`) {
@@ -256,9 +257,9 @@ func TestWatchRate(t *testing.T) {
 // The times left round up: a pause with 300µs to go is not "-", nor the
 // next event "now".
 func TestRateViewRoundsUp(t *testing.T) {
-	v := rateViewOf(limiter.RateState{Fleet: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, NextFree: 300 * time.Microsecond, Paused: 200 * time.Microsecond, Known: true})
+	v := namestate.RateOf(limiter.RateState{Fleet: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, NextFree: 300 * time.Microsecond, Paused: 200 * time.Microsecond, Known: true})
 	if v.PausedMs != 1 || v.NextFreeMs == nil || *v.NextFreeMs != 1 {
-		t.Errorf("rateViewOf: paused %dms, next free %v; want 1ms each", v.PausedMs, v.NextFreeMs)
+		t.Errorf("namestate.RateOf: paused %dms, next free %v; want 1ms each", v.PausedMs, v.NextFreeMs)
 	}
 	if pausedText(v.PausedMs) != "1ms" || nextFreeText(v.NextFreeMs) != "1ms" {
 		t.Errorf("paused %q, next free %q; want 1ms each", pausedText(v.PausedMs), nextFreeText(v.NextFreeMs))

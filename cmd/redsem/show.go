@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -13,7 +14,7 @@ import (
 // queue, and the fleet rate, next free time and pause of the rate limit of
 // the same name when it has any.
 func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	st, err := inspect(ctx, c, name)
+	st, err := namestate.Read(ctx, c.Inspector(), name)
 	if err != nil {
 		return err
 	}
@@ -25,7 +26,7 @@ func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJS
 
 // writeState is the text of show, and a screen of watch. One tabwriter
 // aligns the parts apart: a line without a tab ends a column block.
-func writeState(w io.Writer, st semState) error {
+func writeState(w io.Writer, st namestate.State) error {
 	limit := limitText(st.FleetLimit) + " (fleet)"
 	if st.FleetLimit == nil {
 		limit = noFleetLimit
@@ -56,7 +57,7 @@ func writeState(w io.Writer, st semState) error {
 
 // writeRate is the rate section of show, after a blank line: the fleet
 // rate, when the next event may go by it, and the pause.
-func writeRate(w io.Writer, v rateView) {
+func writeRate(w io.Writer, v namestate.Rate) {
 	rate := rateText(v.FleetRate) + " (fleet)"
 	if v.FleetRate == nil {
 		rate = noFleetRate

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -26,7 +27,7 @@ type watchOptions struct {
 // and when it was read.
 type watchEvent struct {
 	Time time.Time `json:"time"`
-	semState
+	namestate.State
 }
 
 // watchError is a poll that failed, with -json.
@@ -77,7 +78,7 @@ func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o w
 		case o.json && err != nil:
 			werr = json.NewEncoder(w).Encode(watchError{Time: now, Name: name, Error: err.Error()})
 		case o.json:
-			werr = json.NewEncoder(w).Encode(watchEvent{Time: now, semState: st})
+			werr = json.NewEncoder(w).Encode(watchEvent{Time: now, State: st})
 		default:
 			_, werr = io.WriteString(w, changeLine(name, st, err, now))
 		}
@@ -94,16 +95,16 @@ func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o w
 }
 
 // poll reads name's state within timeout.
-func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Duration) (semState, error) {
+func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Duration) (namestate.State, error) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := inspect(pctx, c, name)
+	st, err := namestate.Read(pctx, c.Inspector(), name)
 	return st, withTimeout(pctx, err, timeout)
 }
 
 // changeKey is what watch compares between polls: the state without its
 // TTLs and a rate's times, which change at every poll, or the error.
-func changeKey(st semState, err error) string {
+func changeKey(st namestate.State, err error) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -131,7 +132,7 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 // followed, when the name has rate state or a pause, by
 //
 //	rate=EVENTS/PER burst=B next_free=D paused=D
-func changeLine(name string, st semState, err error, now time.Time) string {
+func changeLine(name string, st namestate.State, err error, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(now.Format(timeLayout))
 	b.WriteString(" ")
@@ -164,7 +165,7 @@ func changeLine(name string, st semState, err error, now time.Time) string {
 
 // rateLineText is a fleet rate in a line of watch, in two fields:
 // rate=100/1m0s burst=20 (or rate=-).
-func rateLineText(r *rateJSON) string {
+func rateLineText(r *namestate.RateJSON) string {
 	if r == nil {
 		return "-"
 	}
@@ -186,7 +187,7 @@ func idText(id string) string { return quoted(id, "[]:") }
 
 // drawScreen redraws the view of show in place: from the top left, each
 // line cleared to its end, and the rest of the screen cleared below.
-func drawScreen(w io.Writer, name string, st semState, err error, now time.Time, interval time.Duration, first bool) error {
+func drawScreen(w io.Writer, name string, st namestate.State, err error, now time.Time, interval time.Duration, first bool) error {
 	var b bytes.Buffer
 	if err != nil {
 		fmt.Fprintf(&b, "name:   %s\nerror:  %v\n", name, err)

@@ -1,0 +1,171 @@
+package dashboard_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/redsem/redsem/dashboard"
+	"github.com/redsem/redsem/limiter"
+)
+
+// browserEnv, set by `make test`, makes a missing Chromium a failure
+// rather than a skip.
+const browserEnv = "REDSEM_BROWSER_REQUIRED"
+
+// screenshotsEnv names where the browser tests leave their screenshots
+// (default testdata/screenshots, which git ignores), for a failed run to
+// be looked at.
+const screenshotsEnv = "REDSEM_SCREENSHOTS"
+
+// newBrowser starts a headless Chromium with a fresh profile, for the
+// test; without one it skips, unless under `make test`.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv(browserEnv) != "" {
+			t.Fatalf("chromium is missing: `make test` installs it (apt-get install -y chromium)")
+		}
+		t.Skip("chromium not found: the browser tests need it (apt-get install -y chromium, or run `make test`)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.UserDataDir(t.TempDir()), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.WindowSize(1280, 1000),
+		// Without these Chromium dials out, which this sandbox refuses.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// run runs actions within d, or fails the test saying what.
+func run(t *testing.T, ctx context.Context, d time.Duration, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		screenshot(t, ctx, "failed-"+strings.ReplaceAll(t.Name(), "/", "-"))
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// screenshot saves the page as NAME.png where screenshotsEnv says.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(screenshotsEnv)
+	if dir == "" {
+		dir = filepath.Join("testdata", "screenshots")
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	path := filepath.Join(dir, name+".png")
+	if err = os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(path, png, 0o644)
+	}
+	if err != nil {
+		t.Logf("screenshot %s: %v", path, err)
+		return
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// void runs a, and forgets its value.
+func void[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := a(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
+// chartDrawn is true once the first chart has at least two points of its
+// first series and has drawn them: pixels of that series' colour.
+const chartDrawn = `(() => {
+  const c = window.redsemCharts || [];
+  if (c.length < 4 || c[0].data[1].filter(v => v != null).length < 2) return false;
+  const cv = document.querySelector('[data-chart="use"] canvas');
+  const px = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+  let n = 0;
+  for (let i = 0; i < px.length; i += 4) if (px[i] === 37 && px[i+1] === 99 && px[i+2] === 235) n++;
+  return n > 20;
+})()`
+
+// In a real browser: a name another process acquires shows on the
+// overview within 2s; its page lists the holder and draws the charts; a
+// holder that releases disappears; releasing a lease from the page
+// removes it in Redis and its holder learns of the loss.
+func TestBrowserLive(t *testing.T) {
+	ctx := newBrowser(t)
+	f := newFixture(t, dashboard.Actions(testToken))
+	const name = "browser jobs {x}"
+	run(t, ctx, 10*time.Second, "open the overview", chromedp.Navigate(f.http.URL+"/"), chromedp.WaitVisible(chromedp.CSS("table.names")))
+
+	seven := startHolder(t, f.srv.Addr(), name, "worker-7")
+	held := time.Now()
+	run(t, ctx, 2*time.Second, "the name on the overview within 2s of its acquisition",
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-name="browser jobs {x}"]`)))
+	t.Logf("listed %v after another process acquired it", time.Since(held).Round(time.Millisecond))
+	eight := startHolder(t, f.srv.Addr(), name, "worker-8")
+	screenshot(t, ctx, "overview")
+
+	run(t, ctx, 10*time.Second, "the name's page, its holders and a drawn chart",
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('tr[data-name="browser jobs {x}"] a').click()`),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="worker-7"]`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="worker-8"]`)),
+		void(chromedp.Poll[bool](chartDrawn, chromedp.WithPollingTimeout(8*time.Second))))
+
+	eight.stop() // releases
+	run(t, ctx, 5*time.Second, "a released holder leaves the page", chromedp.WaitNotPresent(chromedp.CSS(`tr[data-id="worker-8"]`)))
+	screenshot(t, ctx, "name")
+
+	run(t, ctx, 10*time.Second, "release worker-7 from the page",
+		chromedp.SendKeys(chromedp.CSS("#token"), testToken),
+		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`), // what the operator answers
+		// A click in the page itself: the live part is redrawn every
+		// interval, and a node chromedp found may be gone by its click.
+		chromedp.WaitVisible(chromedp.CSS(`button.release[data-id="worker-7"]`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('button.release[data-id="worker-7"]').click()`),
+		chromedp.WaitVisible(chromedp.CSS("#status.ok")),
+		chromedp.WaitNotPresent(chromedp.CSS(`tr[data-id="worker-7"]`)))
+	if hs, err := f.app.Inspector().Holders(f.ctx, name); err != nil || len(hs) != 0 {
+		t.Errorf("after the release Redis lists %+v (%v)", hs, err)
+	}
+	if line, err := seven.next(2 * holderTTL); err != nil || !strings.Contains(line, limiter.ErrLeaseLost.Error()) {
+		t.Errorf("the holder process said %q (%v), want that it lost its lease", line, err)
+	}
+}
+
+// In a real browser, without Actions the pages show no control and no
+// token field.
+func TestBrowserReadOnly(t *testing.T) {
+	ctx := newBrowser(t)
+	f := newFixture(t)
+	f.hold(t, f.sem(t, "jobs", 2), "worker-1", 1)
+	for _, path := range []string{"/", "/name?name=jobs"} {
+		run(t, ctx, 10*time.Second, "open "+path, chromedp.Navigate(f.http.URL+path),
+			chromedp.WaitVisible(chromedp.CSS(`[data-name="jobs"], tr[data-id="worker-1"]`)))
+		controls, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('.action, #token, button.release, form[method=post]').length`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if controls != 0 {
+			screenshot(t, ctx, "read-only-controls")
+			t.Errorf("%s shows %d action controls with actions off", path, controls)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package dashboard
+
+import (
+	"cmp"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+)
+
+// errNoName answers a name page asked for without a name.
+var errNoName = errors.New("dashboard: the name parameter is missing")
+
+// view finds name in snap, or nil.
+func view(snap *snapshot, name string) *nameView {
+	i, ok := slices.BinarySearchFunc(snap.Names, name, func(v nameView, n string) int { return cmp.Compare(v.Name, n) })
+	if !ok {
+		return nil
+	}
+	return &snap.Names[i]
+}
+
+func (d *Dashboard) namePage(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		http.Error(w, errNoName.Error(), http.StatusBadRequest)
+		return
+	}
+	snap := d.s.current(r.Context())
+	p := d.newPage(name, snap)
+	p.Name, p.View, p.Charts = name, view(snap, name), true
+	p.LiveSrc = liveSrc("name", url.Values{"name": {name}})
+	p.HistorySrc = "api/history?" + url.Values{"name": {name}}.Encode()
+	render(w, r, "name", p)
+}
+
+// nameJSON is a name's JSON: null view when Redis holds nothing for it.
+type nameJSON struct {
+	SampledAt time.Time `json:"sampled_at"`
+	*nameView
+	Name string `json:"name"`
+}
+
+func (d *Dashboard) nameData(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		writeError(w, http.StatusBadRequest, errNoName)
+		return
+	}
+	snap := d.s.current(r.Context())
+	v := view(snap, name)
+	status := http.StatusOK
+	if v == nil {
+		status = http.StatusNotFound
+	}
+	writeJSON(w, status, nameJSON{SampledAt: snap.At, nameView: v, Name: name})
+}
+
+func (d *Dashboard) historyData(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		writeError(w, http.StatusBadRequest, errNoName)
+		return
+	}
+	writeJSON(w, http.StatusOK, seriesOf(d.s.history(name)))
+}

@@ -1,0 +1,86 @@
+package dashboard
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// Option configures a Dashboard. Invalid values make New return a
+// *limiter.ArgumentError naming the option.
+type Option func(*config)
+
+type config struct {
+	interval time.Duration
+	keep     time.Duration
+	maxNames int
+	actions  bool
+	token    string
+	source   string
+}
+
+// Defaults of the Interval, History and MaxNames options.
+const (
+	DefaultInterval = time.Second
+	DefaultHistory  = 15 * time.Minute
+	DefaultMaxNames = 1000
+)
+
+// minTokenLen keeps a guessable token from guarding the actions.
+const minTokenLen = 8
+
+func defaultConfig() config {
+	return config{interval: DefaultInterval, keep: DefaultHistory, maxNames: DefaultMaxNames}
+}
+
+// Interval is how often the sampler reads every name from Redis, and how
+// often the pages update; at least 50ms.
+func Interval(d time.Duration) Option { return func(c *config) { c.interval = d } }
+
+// History is how far back the charts go (in memory, lost on restart); at
+// least 10 intervals and at most a day.
+func History(d time.Duration) Option { return func(c *config) { c.keep = d } }
+
+// MaxNames bounds the names sampled: beyond it (in name order) names are
+// neither shown nor charted, and the overview says how many were left
+// out. It bounds the dashboard's memory and its load on Redis.
+func MaxNames(n int) Option { return func(c *config) { c.maxNames = n } }
+
+// Actions turns the actions on (release a lease, set a fleet limit or
+// rate, pause, unpause), each a POST that must carry token in the
+// X-Redsem-Token header or the token form field and come from the
+// dashboard's own origin. Without it the dashboard is read-only and shows
+// no controls. token must have at least 8 characters.
+func Actions(token string) Option {
+	return func(c *config) { c.actions, c.token = true, token }
+}
+
+// Source says on the pages where the dashboard reads from (an address);
+// never pass a password or a URL that holds one.
+func Source(s string) Option { return func(c *config) { c.source = s } }
+
+func (c config) with(opts []Option) (config, error) {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	switch {
+	case c.interval < 50*time.Millisecond:
+		return c, argError("Interval", c.interval, "must be at least 50ms")
+	case c.keep < 10*c.interval || c.keep > 24*time.Hour:
+		return c, argError("History", c.keep, fmt.Sprintf("must be between 10 intervals (%v) and 24h", 10*c.interval))
+	case c.maxNames < 1:
+		return c, argError("MaxNames", c.maxNames, "must be at least 1")
+	case c.actions && len(c.token) < minTokenLen:
+		return c, argError("Actions", "(token hidden)", fmt.Sprintf("the token must have at least %d characters", minTokenLen))
+	}
+	return c, nil
+}
+
+// argError is the limiter's error for a bad argument, so that one
+// errors.Is(err, limiter.ErrInvalidArgument) serves both packages.
+func argError(arg string, value any, reason string) error {
+	return &limiter.ArgumentError{Arg: arg, Value: value, Reason: reason}
+}

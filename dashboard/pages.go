@@ -1,0 +1,120 @@
+package dashboard
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/redsem/redsem/internal/namestate"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+// pages are the HTML templates: each page, and the part of it that the
+// page's script fetches again at every interval ("-live").
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"dur":      durText,
+	"limit":    limitText,
+	"rate":     rateText,
+	"nextFree": nextFreeText,
+	"paused":   pausedText,
+	"inc":      func(i int) int { return i + 1 },
+	"share":    func(n int64, f float64) float64 { return float64(n) * f },
+}).ParseFS(templateFiles, "templates/*.html"))
+
+// page is what every template reads.
+type page struct {
+	Title, Source string
+	Interval      time.Duration
+	IntervalMs    int64
+	Keep          time.Duration
+	Actions       bool
+	Charts        bool
+	Snap          *snapshot
+	LiveSrc       string // the URL of the live part, relative
+
+	// The overview's.
+	Match, Sort string
+	Rows        []row
+	FilterErr   string
+
+	// A name's.
+	Name       string
+	View       *nameView // nil when Redis holds nothing for it
+	HistorySrc string
+}
+
+func (d *Dashboard) newPage(title string, snap *snapshot) page {
+	return page{Title: title, Source: d.cfg.source, Interval: d.cfg.interval, IntervalMs: d.cfg.interval.Milliseconds(),
+		Keep: d.cfg.keep, Actions: d.cfg.actions, Snap: snap}
+}
+
+// render writes the template name, or its live part when the request
+// asks for it (part=live), whole or not at all.
+func render(w http.ResponseWriter, r *http.Request, name string, p page) {
+	if r.URL.Query().Get("part") == "live" {
+		name += "-live"
+	}
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, name, p); err != nil {
+		http.Error(w, "dashboard: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b.Bytes())
+}
+
+// liveSrc is the URL of a page's live part: its own query, and part=live.
+func liveSrc(path string, q url.Values) string {
+	q.Set("part", "live")
+	return path + "?" + q.Encode()
+}
+
+// durText is ms as an operator reads it: 320ms, 12.3s, 4m5s.
+func durText(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case d < time.Second:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func limitText(l *int64) string {
+	if l == nil {
+		return "-"
+	}
+	return fmt.Sprint(*l)
+}
+
+func rateText(r *namestate.RateJSON) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%s burst %d", r.Events, r.Per, r.Burst)
+}
+
+func nextFreeText(ms *int64) string {
+	switch {
+	case ms == nil:
+		return "-"
+	case *ms == 0:
+		return "now"
+	}
+	return durText(*ms)
+}
+
+func pausedText(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return durText(ms)
+}

@@ -1,0 +1,80 @@
+package dashboard
+
+import (
+	"time"
+
+	"github.com/redsem/redsem/internal/namestate"
+)
+
+// nameView is one name in a sample, as the pages, their JSON and
+// /metrics show it: a semaphore, a rate limit, or both.
+type nameView struct {
+	Name string `json:"name"`
+	// Semaphore: Redis holds semaphore state for the name (else it is a
+	// rate limit only).
+	Semaphore  bool         `json:"semaphore"`
+	FleetLimit *int64       `json:"fleet_limit"` // null: each process uses its own
+	InUse      int64        `json:"in_use"`
+	Holders    []holderView `json:"holders"` // oldest grant first
+	Waiters    []waiterView `json:"waiters"` // in serving order
+	// OldestWaitMs is the age of the longest waiting request (0: none).
+	OldestWaitMs int64 `json:"oldest_wait_ms"`
+	// Rate is the rate limit of the name: null when it has no fleet rate,
+	// no reservations and no pause.
+	Rate *namestate.Rate `json:"rate"`
+	// Saturated: paused, someone waits, the fleet limit is reached, or
+	// the rate's next event is not free now.
+	Saturated bool `json:"saturated"`
+}
+
+// holderView is a lease, with its age.
+type holderView struct {
+	namestate.Holder
+	// AgeMs is how long ago the lease was granted or handed over, read
+	// from its fencing token (never below the Redis server's time in µs
+	// at grant) against this host's clock: off by the clocks' skew, and
+	// null when the token is no such time.
+	AgeMs *int64 `json:"age_ms"`
+}
+
+// waiterView is a queued request, with its age.
+type waiterView struct {
+	namestate.Waiter
+	// AgeMs is how long ago the sampler first saw the request queued;
+	// AgeAtLeast: it was queued already at the dashboard's first sample,
+	// so that it waits longer than AgeMs.
+	AgeMs      int64 `json:"age_ms"`
+	AgeAtLeast bool  `json:"age_at_least"`
+}
+
+// plausibleToken bounds the tokens read as times (µs): from 2001 on, and
+// not ahead of this host by more than a minute.
+const plausibleToken = 1_000_000_000_000_000
+
+// tokenAge is how long ago a lease whose fencing token is token was
+// granted, or nil when token is no time.
+func tokenAge(token int64, now time.Time) *int64 {
+	age := now.Sub(time.UnixMicro(token))
+	if token < plausibleToken || age < -time.Minute {
+		return nil
+	}
+	ms := max(age, 0).Milliseconds()
+	return &ms
+}
+
+// saturated says whether v's name lets nothing more through now.
+func saturated(v nameView) bool {
+	if r := v.Rate; r != nil && (r.PausedMs > 0 || (!v.Semaphore && r.NextFreeMs != nil && *r.NextFreeMs > 0)) {
+		return true
+	}
+	return len(v.Waiters) > 0 || (v.FleetLimit != nil && v.InUse >= *v.FleetLimit)
+}
+
+// fill is the share of the fleet limit in use, or -1 when no fleet limit
+// is set.
+func (v nameView) fill() float64 {
+	if v.FleetLimit == nil || *v.FleetLimit == 0 {
+		return -1
+	}
+	return float64(v.InUse) / float64(*v.FleetLimit)
+}

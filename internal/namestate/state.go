@@ -1,0 +1,149 @@
+// Package namestate reads a name's state from Redis as one consistent
+// picture: a semaphore's fleet limit, holders and wait queue, and the
+// rate limit of the same name. The redsem command (ls, show, watch) and
+// the dashboard both show what it reads, in JSON with these field names.
+package namestate
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// State is one name as Redis sees it, a semaphore and the rate limit of
+// the same name.
+type State struct {
+	Name string `json:"name"`
+	// FleetLimit is the limit stored with Inspector.SetLimit; nil (null)
+	// when none is set: each process then uses its constructor's limit,
+	// which Redis does not know.
+	FleetLimit *int64 `json:"fleet_limit"`
+	// Rate is the state of the rate limit of the same name; nil (null)
+	// when it has none: no fleet rate, no reservations and no pause.
+	Rate    *Rate    `json:"rate"`
+	InUse   int64    `json:"in_use"` // permits: the holders' weights summed
+	Holders []Holder `json:"holders"`
+	Waiters []Waiter `json:"waiters"` // in the order they will be served
+}
+
+// Holder is a live lease.
+type Holder struct {
+	ID     string `json:"id"`
+	Weight int64  `json:"weight"`
+	Token  int64  `json:"token"`
+	TTLms  int64  `json:"ttl_ms"` // until it expires unless refreshed
+}
+
+// Waiter is a request in the wait queue.
+type Waiter struct {
+	ID     string `json:"id"` // the wait id, which is not always the lease id it will get
+	Weight int64  `json:"weight"`
+	TTLms  int64  `json:"ttl_ms"` // until its entry expires unless its Client keeps it alive
+}
+
+// readTries bounds how often Read reads the holders again because the
+// queue changed meanwhile.
+const readTries = 3
+
+// Read reads a semaphore's fleet limit, its holders, oldest grant (lowest
+// fencing token) first, its wait queue in serving order, and the rate
+// state of its name. Errors are the Inspector's: an *ArgumentError for a
+// nil ctx or an empty name, a Redis failure or ctx's end wrapped; the
+// state read so far comes with them.
+//
+// The limiter reads holders and queue in separate calls: a waiter granted
+// between them would show in both lists, or in neither. So the queue is
+// read before and after the holders, and the holders again while the
+// queue changed meanwhile (at most readTries times; then the last reads
+// are kept). A grant takes the waiter off the queue in the same script,
+// so when the queue is the same on both sides of the holders no waiter
+// listed was granted while they were read. The rate state is read last,
+// apart: it is another key, which no grant changes.
+func Read(ctx context.Context, in *limiter.Inspector, name string) (State, error) {
+	st, err := ReadWith(ctx, in, name)
+	if err != nil {
+		return st, err
+	}
+	rv, has, err := ReadRate(ctx, in, name)
+	if has {
+		st.Rate = &rv
+	}
+	return st, err
+}
+
+// Reader is what Read reads of a *limiter.Inspector.
+type Reader interface {
+	Limit(ctx context.Context, name string) (int64, error)
+	Waiters(ctx context.Context, name string) ([]limiter.Waiter, error)
+	Holders(ctx context.Context, name string) ([]limiter.Holder, error)
+}
+
+// ReadWith is Read without the rate state, from any Reader.
+func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
+	st := State{Name: name, Holders: []Holder{}, Waiters: []Waiter{}}
+	var err error
+	if st.FleetLimit, err = FleetLimit(ctx, r, name); err != nil {
+		return st, err
+	}
+	ws, err := r.Waiters(ctx, name)
+	if err != nil {
+		return st, err
+	}
+	var hs []limiter.Holder
+	for range readTries {
+		if hs, err = r.Holders(ctx, name); err != nil {
+			return st, err
+		}
+		after, err := r.Waiters(ctx, name)
+		if err != nil {
+			return st, err
+		}
+		same := slices.EqualFunc(ws, after, func(a, b limiter.Waiter) bool { return a.ID == b.ID })
+		ws = after
+		if same {
+			break
+		}
+	}
+	for _, w := range ws {
+		st.Waiters = append(st.Waiters, Waiter{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds()})
+	}
+	st.Holders, st.InUse = HoldersOf(hs)
+	return st, nil
+}
+
+// FleetLimit reads name's fleet limit: nil when none is set (each process
+// then uses its own, which Redis does not know). Errors are r's.
+func FleetLimit(ctx context.Context, r interface {
+	Limit(ctx context.Context, name string) (int64, error)
+}, name string) (*int64, error) {
+	n, err := r.Limit(ctx, name)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// HoldersOf lists hs oldest grant (lowest fencing token) first, and the
+// permits they hold.
+func HoldersOf(hs []limiter.Holder) (infos []Holder, inUse int64) {
+	infos = make([]Holder, 0, len(hs))
+	for _, h := range hs {
+		inUse += h.Weight
+		infos = append(infos, HolderOf(h))
+	}
+	slices.SortFunc(infos, func(a, b Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return infos, inUse
+}
+
+// HolderOf is h as State lists it.
+func HolderOf(h limiter.Holder) Holder {
+	return Holder{ID: h.ID, Weight: h.Weight, Token: h.Token, TTLms: h.TTL.Milliseconds()}
+}
+
+// CeilMs is d in whole milliseconds, rounded up: 300µs left is not "now".
+func CeilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
