@@ -404,7 +404,7 @@ func TestLostWakeUpMadeGoodByALaterRelease(t *testing.T) {
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
-	rel := redis.NewScript(string(common) + string(release))
+	rel := redis.NewScript(string(common) + "begin_call()\n" + string(release)) // as scripts.go sends it
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	const name = "rev-lost"

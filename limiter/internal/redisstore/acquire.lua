@@ -42,7 +42,7 @@ end
 local function earliest(now_ms, fallback, first)
   first = first or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 or first[1] == '' then return fallback end
-  return math.max(tonumber(first[2]) - now_ms, 0)
+  return max(first[2] - now_ms, 0)
 end
 
 -- Milliseconds until this server is surely older than q: a server
@@ -51,28 +51,28 @@ end
 local function quarantine_left(q)
   local up = uptime_us()
   if not up then return 0 end
-  return math.max(q - up / 1000, 0)
+  return max(q - up / 1000, 0)
 end
 
 local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]
 local owner, wait, own = ARGV[6], ARGV[8], ARGV[10]
 local field = ':' .. id
 local now = now_us()
-local now_ms = math.floor(now / 1000)
+local now_ms = floor(now / 1000)
 local exp = now_ms + ttl
 -- One read for everything the common paths need ('?' and '!' alone, when
 -- this request does not queue, are never fields).
 local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
-local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, tonumber(st[3]) or 0
+local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, num(st[3]) or 0
 local mine = wait ~= '' and st[5]
 -- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
 -- (not on a quorum's nodes: its size is made for the asking limit).
 local cap = ARGV[11] == '1' and st[7]
 local limit_s = cap or ARGV[1]
 if cap then
-  limit = tonumber(cap)
+  limit = cap + 0
   if weight > limit then return {-2, limit} end
 end
 
@@ -81,7 +81,7 @@ end
 local conflict = false
 if st[4] then
   local w, tok, holder = parse(st[4])
-  local score = tonumber(redis.call('ZSCORE', KEYS[1], id) or '0')
+  local score = num(redis.call('ZSCORE', KEYS[1], id)) or 0
   if score > now_ms then
     if w ~= weight then return {-1, w} end
     -- A lease a release handed to this waiter (id == wait), whose wake-up
@@ -89,9 +89,9 @@ if st[4] then
     -- on a quorum's node such a lease is what an earlier attempt left,
     -- which its rollback may be removing right now: not to be counted.
     local handed = ARGV[11] == '1' and id == wait
-    local reclaim_above = ARGV[7] ~= '' and tonumber(ARGV[7])
-    if holder == owner and ((reclaim_above and tonumber(tok) > reclaim_above) or handed) then
-      exp = math.max(exp, score) -- never shorten
+    local reclaim_above = ARGV[7] ~= '' and ARGV[7] + 0
+    if holder == owner and ((reclaim_above and tok + 0 > reclaim_above) or handed) then
+      exp = max(exp, score) -- never shorten
       redis.call('ZADD', KEYS[1], fmt(exp), id)
       local at = next_keyexp(exp, ttl, keyexp)
       if at then
@@ -146,7 +146,7 @@ end
 -- names in use pay nothing.
 local quarantine = 0
 if not conflict and not st[2] and ARGV[13] ~= '0' then
-  quarantine = quarantine_left(tonumber(ARGV[13]))
+  quarantine = quarantine_left(ARGV[13] + 0)
 end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
@@ -158,7 +158,7 @@ if fits and paused == 0 then
   local tok, counter
   if ARGV[14] == '1' then
     tok = ARGV[5]
-    counter = fmt(math.max(last, tonumber(tok)))
+    counter = fmt(max(last, tok + 0))
   else
     tok = next_token(last, ARGV[5], now)
     counter = tok
@@ -193,7 +193,7 @@ end
 local head = 0
 if wait ~= '' then
   if ahead == 0 then head = 1 end
-  local wexp = now_ms + tonumber(ARGV[9])
+  local wexp = now_ms + ARGV[9]
   local hand = '0'
   if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
   local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)

@@ -54,17 +54,17 @@ end
 local clock, clock_t, clock_s
 local queue_seen_empty -- see walk_queue
 
--- math.max and math.ceil as upvalues: a global costs a lookup in the
+-- math's max, min, ceil and floor as upvalues: a global costs a lookup in the
 -- globals on every use, an upvalue none. A library's loading may not read
 -- globals, so its first call sets them (begin_call).
-local max, ceil
+local max, min, ceil, floor
 
 -- Starts every call (scripts.go): forgets what the last call cached. A
 -- script run by EVAL starts fresh, but a function in a library shares
 -- these upvalues with every call before it.
 local function begin_call()
   clock, clock_t, clock_s, queue_seen_empty = nil, nil, nil, nil
-  if not max then max, ceil = math.max, math.ceil end
+  if not max then max, min, ceil, floor = math.max, math.min, math.ceil, math.floor end
 end
 
 local function now_us()
@@ -100,7 +100,7 @@ end
 -- channel, and its own limit (a string).
 local function parse_waiter(v)
   local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
-  return tonumber(w), tonumber(exp), tonumber(ttl), channel, limit
+  return w + 0, exp + 0, ttl + 0, channel, limit
 end
 
 -- A waiter's record, as parse_waiter splits it (strings).
@@ -130,14 +130,14 @@ end
 -- after a client whose clock was an hour off.
 local PROPOSAL_SKEW = 500000 -- µs
 local function next_token(last, proposed, now)
-  local p = proposed ~= '' and tonumber(proposed)
-  if p and math.abs(p - now) <= PROPOSAL_SKEW then return fmt(math.max(last + 1, p)) end
+  local p = proposed ~= '' and proposed + 0
+  if p and math.abs(p - now) <= PROPOSAL_SKEW then return fmt(max(last + 1, p)) end
   if last < now then return clock_string() end
   return fmt(last + 1)
 end
 
 local function clock_ms()
-  return math.floor(now_us() / 1000)
+  return floor(now_us() / 1000)
 end
 
 -- Microseconds since this server may have started, at most: a server
@@ -278,7 +278,7 @@ end
 local function pause_left(now_ms)
   local p = redis.call('GET', KEYS[4])
   if not p then return 0 end
-  return math.max(math.ceil(tonumber(p) / 1000) - (now_ms or clock_ms()), 0)
+  return max(ceil(p / 1000) - (now_ms or clock_ms()), 0)
 end
 
 local function fitting(now_ms, free, limit)
@@ -343,18 +343,18 @@ local function pass_on(now_ms, free, own, limit, g)
     local wait, channel, fw, hand, fexp, own_limit, woken = f[1], f[2], f[3], f[4], f[5], f[6], f[7]
     local msg = wait
     own_limit = g and g.cap or own_limit
-    granting = granting and hand > 0 and g.total + fw <= tonumber(own_limit)
+    granting = granting and hand > 0 and g.total + fw <= own_limit + 0
     if granting then
       granted_limit = own_limit
-      g.token = math.max(g.token + 1, now_us())
+      g.token = max(g.token + 1, now_us())
       local t = fmt(g.token)
-      local exp = math.min(clock_ms() + hand, fexp)
+      local exp = min(clock_ms() + hand, fexp)
       zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
       zrem[#zrem + 1] = wait
       g.hdel[#g.hdel + 1], g.hdel[#g.hdel + 2] = '?' .. wait, '!' .. wait
       g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, lease_record(fmt(fw), t, owner_of(channel))
       g.total = g.total + fw
-      newest, maxttl = math.max(newest, exp), math.max(maxttl, hand)
+      newest, maxttl = max(newest, exp), max(maxttl, hand)
       msg = wait .. ' ' .. t
     elseif woken and clock_ms() - woken < WOKEN_MS then
       msg = nil -- woken just now: its attempt is on its way

@@ -5,8 +5,8 @@
 -- Returns the own waiters' messages (see pass_on).
 local wait = ARGV[1]
 local st = redis.call('HMGET', KEYS[2], 'total', 'limit', ':' .. wait, 'token', 'keyexp', 'cap')
-local limit = tonumber(st[2]) or math.huge -- none recorded: let the queue try
-local total = tonumber(st[1]) or 0
+local limit = num(st[2]) or math.huge -- none recorded: let the queue try
+local total = num(st[1]) or 0
 if st[3] then
   local w, _, holder = parse(st[3])
   if holder == owner_of(ARGV[2]) then

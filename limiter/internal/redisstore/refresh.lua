@@ -7,7 +7,7 @@
 -- Returns one number per lease (1 held, 0 gone) then one per waiter
 -- (0 gone, 1 queued, 2 queued and its permits are free: it should try
 -- now, which covers a lost wake-up).
-local n = tonumber(ARGV[1])
+local n = ARGV[1] + 0
 local base = 3 * n + 2
 local now_ms = clock_ms()
 local out = {}
@@ -26,7 +26,7 @@ local st = redis.call('HMGET', KEYS[2], unpack(fields))
 -- change before a restart quarantine ends (acquire.lua); only the head
 -- is told to try, the rest follow its grant.
 local granted_before = st[#fields] ~= false
-local keyexp = tonumber(st[1]) or 0
+local keyexp = num(st[1]) or 0
 local newest = 0
 local maxttl = 0
 if n > 0 then
@@ -35,15 +35,15 @@ if n > 0 then
   for i = 1, n do
     out[i] = 0
     local v = st[3 + i]
-    if v and scores[i] and tonumber(scores[i]) > now_ms then
+    if v and scores[i] and scores[i] + 0 > now_ms then
       local _, tok = parse(v)
       if tok == ARGV[3 * i] then
-        local ttl = tonumber(ARGV[3 * i + 1])
-        local exp = math.max(now_ms + ttl, tonumber(scores[i]))
+        local ttl = ARGV[3 * i + 1] + 0
+        local exp = max(now_ms + ttl, scores[i] + 0)
         zadd[#zadd + 1] = fmt(exp)
         zadd[#zadd + 1] = ids[i]
-        newest = math.max(newest, exp)
-        maxttl = math.max(maxttl, ttl)
+        newest = max(newest, exp)
+        maxttl = max(maxttl, ttl)
         out[i] = 1
       end
     end
@@ -51,13 +51,13 @@ if n > 0 then
   if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
 end
 if #ARGV >= base + 1 then
-  local wttl = tonumber(ARGV[base])
+  local wttl = ARGV[base] + 0
   local wexp = fmt(now_ms + wttl)
   local set = {}
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
-  local limit = tonumber(st[3]) or math.huge -- none recorded: let the queue try
-  local free = limit - ((tonumber(st[2]) or 0) - sweep(now_ms))
+  local limit = num(st[3]) or math.huge -- none recorded: let the queue try
+  local free = limit - ((num(st[2]) or 0) - sweep(now_ms))
   local fits = nil -- the ids whose turn it is, found once
   for i = base + 1, #ARGV do
     local r = 0
@@ -65,8 +65,8 @@ if #ARGV >= base + 1 then
     if v then
       -- Only the expiry changes.
       local ws, es, rec = with_expiry(v, wexp)
-      local w = tonumber(ws)
-      if tonumber(es) > now_ms then
+      local w = ws + 0
+      if es + 0 > now_ms then
         set[#set + 1] = '?' .. ARGV[i]
         set[#set + 1] = rec
         r = 1
@@ -88,8 +88,8 @@ if #ARGV >= base + 1 then
     out[#out + 1] = r
   end
   if #set > 0 then redis.call('HSET', KEYS[2], unpack(set)) end
-  newest = math.max(newest, now_ms + wttl)
-  maxttl = math.max(maxttl, wttl)
+  newest = max(newest, now_ms + wttl)
+  maxttl = max(maxttl, wttl)
 end
 local at = next_keyexp(newest, maxttl, keyexp)
 if at then

@@ -20,16 +20,16 @@ if ARGV[5] == '1' then
   now = clock_ms()
   -- An expired lease is removed all the same (its permits were free for
   -- the taking already), but it was not held.
-  if tonumber(redis.call('ZSCORE', KEYS[1], id) or '0') <= now then reply[1] = 0 end
+  if (num(redis.call('ZSCORE', KEYS[1], id)) or 0) <= now then reply[1] = 0 end
 end
 redis.call('ZREM', KEYS[1], id)
 local total = (num(st[2]) or w) - w
 local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
 if ARGV[4] == '1' and st[7] ~= st[8] then
-  local g = {total = total, token = num(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
+  local g = {total = total, token = num(st[4]) or 0, keyexp = num(st[5]) or 0,
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
-  local limit = tonumber(st[3]) or math.huge
+  local limit = num(st[3]) or math.huge
   for _, v in ipairs(pass_on(now, limit - total, ARGV[3], limit, g)) do reply[#reply + 1] = v end
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end

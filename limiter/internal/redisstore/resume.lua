@@ -5,7 +5,7 @@
 -- token, finds it gone. Of two resumes of one ticket, one wins. owner ''
 -- parks the lease (Lease.Park).
 -- Returns {weight, new token}, or 0 when the lease is not held with token.
-local id, want, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local id, want, ttl = ARGV[1], ARGV[2], ARGV[3] + 0
 local field = ':' .. id
 local st = redis.call('HMGET', KEYS[2], field, 'token', 'keyexp')
 if not st[1] then return 0 end
@@ -14,13 +14,13 @@ local w, tok, holder = parse(st[1])
 -- ticket of its id; parking itself needs the token.
 if tok ~= want and not (holder == '' and ARGV[4] ~= '') then return 0 end
 local now = now_us()
-local now_ms = math.floor(now / 1000)
+local now_ms = floor(now / 1000)
 local score = redis.call('ZSCORE', KEYS[1], id)
-if not score or tonumber(score) <= now_ms then return 0 end
-local newtok = next_token(tonumber(st[2]) or 0, ARGV[5], now)
+if not score or score + 0 <= now_ms then return 0 end
+local newtok = next_token(num(st[2]) or 0, ARGV[5], now)
 local exp = now_ms + ttl
 redis.call('ZADD', KEYS[1], fmt(exp), id)
-local at = next_keyexp(exp, ttl, tonumber(st[3]) or 0)
+local at = next_keyexp(exp, ttl, num(st[3]) or 0)
 redis.call('HSET', KEYS[2], field, lease_record(fmt(w), newtok, ARGV[4]), 'token', newtok, 'keyexp', at or st[3])
 if at then expire_keys(at) end
 return {w, newtok}
