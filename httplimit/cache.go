@@ -94,21 +94,11 @@ func (s *gates) make(name string) (g gate, err error) {
 		}
 	}
 	if s.limit > 0 {
-		if g.sem, err = s.semaphore(name); err != nil {
+		if g.sem, err = s.client.Semaphore(name, s.limit, s.semOpts...); err != nil {
 			return gate{}, err
 		}
 	}
 	return g, nil
-}
-
-// semaphore makes the semaphore of name, uncached, with extra options
-// after the config's (a shorter AcquireTimeout, after a rate wait).
-func (s *gates) semaphore(name string, extra ...limiter.Option) (*limiter.Semaphore, error) {
-	opts := s.semOpts
-	if len(extra) > 0 {
-		opts = append(opts[:len(opts):len(opts)], extra...)
-	}
-	return s.client.Semaphore(name, s.limit, opts...)
 }
 
 // len is the number of cached gates (for tests).

@@ -31,6 +31,7 @@ import (
 func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.AcquireOption) (*limiter.Lease, error) {
 	start := time.Now()
 	rl, sem, try := g.rl, g.sem, c.acquireTimeout < 0
+	left := c.acquireTimeout
 	for again := false; ; again = true {
 		var res *limiter.Reservation
 		if rl != nil {
@@ -39,16 +40,12 @@ func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.
 				return nil, err
 			}
 			slept := res.Delay() > 0
-			if err := res.Wait(ctx); err != nil {
+			if err := res.Wait(ctx); err != nil { // ErrClosed too
 				return nil, err
 			}
 			if slept || again {
-				// The permit's wait gets what is left of AcquireTimeout
-				// (the Client may have closed meanwhile: ErrClosed).
-				left := c.acquireTimeout - time.Since(start)
-				if sem, err = c.gates.afterSleep(name, left); err != nil {
-					return nil, err
-				}
+				// The permit's wait gets what is left of AcquireTimeout.
+				left = c.acquireTimeout - time.Since(start)
 				try = left <= 0
 			}
 		}
@@ -60,7 +57,7 @@ func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.
 		if try {
 			lease, err = sem.TryAcquire(ctx, opts...)
 		} else {
-			lease, err = sem.Acquire(ctx, opts...)
+			lease, err = sem.Acquire(ctx, append(opts[:len(opts):len(opts)], limiter.MaxWait(left))...)
 		}
 		if err != nil || res == nil {
 			return lease, err
@@ -91,19 +88,4 @@ func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.
 func (s *gates) rateLimit(name string, left time.Duration) (*limiter.RateLimit, error) {
 	opts := append(s.rateOpts[:len(s.rateOpts):len(s.rateOpts)], limiter.AcquireTimeout(max(left, time.Nanosecond)))
 	return s.client.RateLimit(name, s.rate, opts...)
-}
-
-// afterSleep returns the semaphore of name to wait for after a rate
-// sleep, with left of AcquireTimeout (nil without a semaphore), or
-// limiter.ErrClosed when the Client closed during the sleep. Neither
-// sends anything to Redis.
-func (s *gates) afterSleep(name string, left time.Duration) (*limiter.Semaphore, error) {
-	if s.limit == 0 {
-		_, err := s.client.RateLimit(name, s.rate, s.rateOpts...)
-		return nil, err
-	}
-	if left <= 0 {
-		return s.semaphore(name) // TryAcquire: no wait is left
-	}
-	return s.semaphore(name, limiter.AcquireTimeout(left))
 }

@@ -13,7 +13,7 @@ import (
 // = never), as if reclaim were decided by the Client: a test hook for
 // states that only lost replies and races produce.
 func AcquireOnce(ctx context.Context, s *Semaphore, id, wait string, reclaim bool) (granted bool, err error) {
-	r, err := s.request(ctx, []AcquireOption{ID(id)})
+	r, _, err := s.request(ctx, []AcquireOption{ID(id)})
 	if err != nil {
 		return false, err
 	}
@@ -38,7 +38,7 @@ func ShiftQuorumClock(c *Client, d time.Duration) {
 // may hand its lease to (wait id = lease id), without waiting: the test
 // plays a waiter whose wake-up is lost, or one that leaves.
 func QueueForHandoff(ctx context.Context, s *Semaphore, id string) (granted bool, err error) {
-	r, err := s.request(ctx, []AcquireOption{ID(id)})
+	r, _, err := s.request(ctx, []AcquireOption{ID(id)})
 	if err != nil {
 		return false, err
 	}

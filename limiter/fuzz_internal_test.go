@@ -514,7 +514,7 @@ func checkRequest(t *testing.T, s *Semaphore, mask uint32, id string, weight int
 			broken = append(broken, "ID")
 		}
 	}
-	r, err := s.request(ctx, opts)
+	r, _, err := s.request(ctx, opts)
 	if len(broken) > 0 {
 		wantArgError(t, err, broken...)
 		return

@@ -308,10 +308,20 @@ type acquireOptions struct {
 	weight  int64
 	id      string
 	idGiven bool
+	maxWait *time.Duration // MaxWait's, if given
 }
 
 // Weight asks for n permits held by one lease (default 1); 1 <= n <= limit.
 func Weight(n int64) AcquireOption { return func(o *acquireOptions) { o.weight = n } }
+
+// MaxWait bounds how long this Acquire waits, in place of the
+// Semaphore's AcquireTimeout, with the same meaning and errors (0: only
+// the context bounds it): a caller whose wait is part of a longer budget
+// (a task's, a request's) passes what is left of it, and still hears a
+// *BusyError, with Paused set while the name is paused (Inspector.Pause),
+// rather than its context's end. TryAcquire ignores it. A negative d
+// gives an *ArgumentError naming "MaxWait".
+func MaxWait(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.maxWait = &d } }
 
 // ID sets the lease id (default: unique, made up by the Client: its random
 // id and a sequence number). An id names one holder

@@ -91,3 +91,29 @@ func TestUnpauseWakesTheWaiters(t *testing.T) {
 		t.Fatal("the waiter was not granted within 500ms of Unpause (the pause had a minute left)")
 	}
 }
+
+// MaxWait bounds one Acquire in place of AcquireTimeout, and ends it as
+// AcquireTimeout would: with a *BusyError that says the name is paused
+// and until when, not with the caller's context.
+func TestMaxWaitBoundsOneAcquire(t *testing.T) {
+	b := singleBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb := b.client(t)
+	mu, _ := newMutex(t, rdb, "maxwait", limiter.AcquireTimeout(20*time.Second))
+	if _, err := clientFor(t, rdb).Inspector().Pause(ctx, "maxwait", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := mu.Acquire(ctx, limiter.MaxWait(300*time.Millisecond))
+	var be *limiter.BusyError
+	if !errors.As(err, &be) || !be.Paused || be.RetryIn < 50*time.Second || !errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("Acquire with MaxWait 300ms while paused: %v, want a BusyError with Paused and RetryIn ~1m", err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Errorf("gave up after %v, want about MaxWait (300ms), not AcquireTimeout (20s)", d)
+	}
+	var ae *limiter.ArgumentError
+	if _, err := mu.Acquire(ctx, limiter.MaxWait(-time.Second)); !errors.As(err, &ae) || ae.Arg != "MaxWait" {
+		t.Errorf("MaxWait(-1s): %v, want an *ArgumentError naming MaxWait", err)
+	}
+}

@@ -37,9 +37,12 @@ func (s *Semaphore) Name() string { return s.name }
 // Inspector.SetLimit overrides it.
 func (s *Semaphore) Limit() int64 { return s.limit }
 
-func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.AcquireRequest, error) {
+// request checks one acquisition's arguments and returns its request and
+// how long Acquire may wait (AcquireTimeout, or MaxWait's).
+func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.AcquireRequest, time.Duration, error) {
 	r := store.AcquireRequest{Limit: s.limit, Weight: 1, TTL: s.cfg.ttl, Owner: s.c.id, Channel: s.c.channel,
 		Quarantine: s.cfg.quarantine, Replicas: s.cfg.replicas}
+	bound := s.cfg.acquireTimeout
 	if len(opts) > 0 {
 		// Only a request with options pays for them: an option takes o's
 		// address, which moves o to the heap.
@@ -50,19 +53,24 @@ func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.Ac
 			}
 		}
 		r.Weight, r.ID, r.IDGiven = o.weight, o.id, o.idGiven
+		if o.maxWait != nil {
+			bound = *o.maxWait
+		}
 	}
 	switch {
 	case ctx == nil:
-		return r, argError("ctx", nil, "must not be nil")
+		return r, 0, argError("ctx", nil, "must not be nil")
 	case r.Weight < 1 || r.Weight > s.limit:
-		return r, argError("Weight", r.Weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
+		return r, 0, argError("Weight", r.Weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
 	case r.IDGiven && r.ID == "":
-		return r, argError("ID", `""`, "must not be empty")
+		return r, 0, argError("ID", `""`, "must not be empty")
+	case bound < 0:
+		return r, 0, argError("MaxWait", bound, "must be >= 0")
 	}
 	if !r.IDGiven {
 		r.ID = s.c.newID()
 	}
-	return r, s.c.closedErr()
+	return r, bound, s.c.closedErr()
 }
 
 // TryAcquire takes the permits if they are free now and nobody waits for
@@ -71,7 +79,7 @@ func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.Ac
 // lease expires. A Redis failure is returned wrapped; after Close,
 // ErrClosed.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	r, err := s.request(ctx, opts)
+	r, _, err := s.request(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +105,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // now fit.
 //
 // It gives up with a *BusyError matching ErrBusy and ErrTimeout when
-// AcquireTimeout runs out, with an error wrapping
+// AcquireTimeout (or this call's MaxWait) runs out, with an error wrapping
 // context.Cause(ctx) when ctx ends first, and with ErrClosed when the
 // Client is closed; in each case it holds nothing and leaves the queue,
 // passing its turn on. A Redis failure is returned at once, wrapped,
@@ -105,12 +113,12 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 // *QuorumError (too many nodes failed) is tried again until AcquireTimeout
 // or ctx ends, and then returned.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease, error) {
-	r, err := s.request(ctx, opts)
+	r, bound, err := s.request(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	l, err := s.wait(ctx, r, start)
+	l, err := s.wait(ctx, r, bound, start)
 	outcome := outcomeAcquired
 	switch {
 	case errors.Is(err, ErrTimeout):

@@ -27,7 +27,8 @@ type waiting struct {
 	r      store.AcquireRequest
 	w      *waiter
 	parent context.Context // the caller's
-	ctx    context.Context // parent, bounded by AcquireTimeout
+	ctx    context.Context // parent, bounded by bound
+	bound  time.Duration   // AcquireTimeout, or the call's MaxWait
 	// attemptCtx bounds an attempt: one in flight when AcquireTimeout
 	// runs out may finish, for up to NodeTimeout more, since a slow Redis
 	// is not a full semaphore and a grant that arrives is used rather
@@ -49,13 +50,14 @@ type waiting struct {
 
 // wait is Acquire's loop: an attempt, then a sleep until a wake-up, the
 // head's timer, or the end of the wait.
-func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, start time.Time) (*Lease, error) {
-	wt := &waiting{s: s, r: r, parent: ctx, ctx: ctx, attemptCtx: ctx, start: start, subscribed: true}
-	if s.cfg.acquireTimeout > 0 {
+// bound is AcquireTimeout's or MaxWait's (0: none).
+func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, bound time.Duration, start time.Time) (*Lease, error) {
+	wt := &waiting{s: s, r: r, parent: ctx, ctx: ctx, attemptCtx: ctx, bound: bound, start: start, subscribed: true}
+	if bound > 0 {
 		var cancel, cancelAttempt context.CancelFunc
-		wt.ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout, errAcquireTimeout)
+		wt.ctx, cancel = context.WithTimeoutCause(ctx, bound, errAcquireTimeout)
 		defer cancel()
-		wt.attemptCtx, cancelAttempt = context.WithTimeoutCause(ctx, s.cfg.acquireTimeout+s.cfg.nodeWait(), errAcquireTimeout)
+		wt.attemptCtx, cancelAttempt = context.WithTimeoutCause(ctx, bound+s.cfg.nodeWait(), errAcquireTimeout)
 		defer cancelAttempt()
 	}
 	if err := s.c.hub.ready(wt.attemptCtx); err != nil {
@@ -243,8 +245,8 @@ func (wt *waiting) gaveUp(err error) error {
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
 	case ownTimeout && !wt.answered:
-		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within AcquireTimeout %v (and NodeTimeout %v more)",
-			s.name, ErrTimeout, s.cfg.acquireTimeout, s.cfg.nodeWait())
+		return fmt.Errorf("limiter: acquire %q: %w: Redis did not answer within the wait's bound %v (and NodeTimeout %v more)",
+			s.name, ErrTimeout, wt.bound, s.cfg.nodeWait())
 	case ownTimeout:
 		return s.busy(wt.r, wt.rep, wt.answeredAt, wt.attempts, time.Since(wt.start), true)
 	}
