@@ -105,7 +105,8 @@ type libraryFunction struct {
 
 // newLibrary returns the library's code and names each script's function
 // after it. Function names are global on a server, so every name carries
-// the hash of the library's whole text: Clients of different versions
+// the hash of the library's whole text (its first 64 bits: FCALL sends
+// the name on every call): Clients of different versions
 // sharing a server load their libraries side by side, never replacing
 // each other's nor failing on a name the other holds.
 func newLibrary(fns ...libraryFunction) string {
@@ -123,7 +124,8 @@ func newLibrary(fns ...libraryFunction) string {
 		fmt.Fprintf(&b, "redis.register_function{function_name = '%s_%s', flags = {%s}, callback = function(keys, args)\nKEYS, ARGV = keys, args\nbegin_call()\n%s\nend}\n",
 			placeholder, f.name, flags, f.sc.body)
 	}
-	id := fmt.Sprintf("redsem_%x", sha1.Sum([]byte(b.String())))
+	sum := sha1.Sum([]byte(b.String()))
+	id := fmt.Sprintf("redsem_%x", sum[:8])
 	for _, f := range fns {
 		f.sc.fn = id + "_" + f.name
 	}
