@@ -37,6 +37,9 @@ type Waiter struct {
 	ID     string        // the wait id (not the lease id it asks for)
 	Weight int64         // permits it asks for
 	TTL    time.Duration // until its entry expires unless its Client keeps it alive
+	// Limit is the limit of the Semaphore it waits on: the one it is
+	// served under when no fleet limit (SetLimit) is stored.
+	Limit int64
 }
 
 // maxWaitersListed bounds what Waiters reads in one call.

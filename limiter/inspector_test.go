@@ -251,8 +251,8 @@ func TestHoldersAndWaiters(t *testing.T) {
 		var weights []int64
 		for _, w := range ws {
 			weights = append(weights, w.Weight)
-			if w.TTL <= 0 || w.ID == "" {
-				t.Fatalf("waiter %+v", w)
+			if w.TTL <= 0 || w.ID == "" || w.Limit != 3 {
+				t.Fatalf("waiter %+v, want a TTL, an id and its Semaphore's limit 3", w)
 			}
 		}
 		if !slices.Equal(weights, []int64{2, 1, 3}) {

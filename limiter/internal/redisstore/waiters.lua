@@ -1,6 +1,6 @@
 -- Read-only. Returns {wait id, weight, ms until its entry expires unless
--- kept alive, ...} for the live queued waiters in queue order, at most
--- ARGV[1] of them.
+-- kept alive, the limit of the Semaphore it waits on, ...} for the live
+-- queued waiters in queue order, at most ARGV[1] of them.
 local now_ms = clock_ms()
 local ids = redis.call('ZRANGE', KEYS[3], '0', fmt(tonumber(ARGV[1]) - 1))
 local out = {}
@@ -10,11 +10,12 @@ for i = 1, #ids do fields[i] = '?' .. ids[i] end
 local vals = redis.call('HMGET', KEYS[2], unpack(fields))
 for i = 1, #ids do
   if vals[i] then
-    local w, exp = parse_waiter(vals[i])
+    local w, exp, _, _, limit = parse_waiter(vals[i])
     if exp > now_ms then
       out[#out + 1] = ids[i]
       out[#out + 1] = w
       out[#out + 1] = exp - now_ms
+      out[#out + 1] = limit + 0
     end
   end
 end

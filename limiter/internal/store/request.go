@@ -145,6 +145,7 @@ type Waiter struct {
 	ID     string
 	Weight int64
 	TTL    time.Duration
+	Limit  int64 // its Semaphore's own limit
 }
 
 // ReplicaWait is what WaitReplicas asks for: WAIT N Timeout after each
