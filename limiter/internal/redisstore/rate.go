@@ -20,9 +20,13 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	if r.Careful {
 		careful = "1"
 	}
-	v, err := s.run(ctx, reserveScript, k, interval(r.Rate), r.Rate.Burst, r.N, maxWait, careful).Slice()
+	res, err := s.run(ctx, reserveScript, k, interval(r.Rate), r.Rate.Burst, r.N, maxWait, careful).Result()
 	if err != nil {
 		return store.ReserveReply{}, err
+	}
+	v, ok := res.([]any)
+	if !ok { // 1: reserved, to go now
+		return store.ReserveReply{Reserved: true}, nil
 	}
 	switch asInt(v[0]) {
 	case 1:

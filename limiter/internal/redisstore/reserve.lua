@@ -9,8 +9,9 @@
 --       (the event's cost), max_wait_us (-1: no bound), careful (1: see
 --       below)
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
--- from now, and unreserve.lua gives it back while tat is still next ({1,
--- 0} when it goes now: nothing is left to give back);
+-- from now, and unreserve.lua gives it back while tat is still next (1,
+-- not a table, when it goes now: nothing is left to give back, and a
+-- table costs the common path more than the rest of its reply);
 -- {0, wait_us, paused (1/0)} when it would wait longer than max_wait_us
 -- (nothing is reserved); {-1, burst} when n is above the burst.
 --
@@ -55,5 +56,5 @@ local nxt = ceil(tat + n * T)
 -- A number passed to redis.call is written with "%.17g": whole µs below
 -- 1e17 come out as fmt writes them, so unreserve.lua's compare holds.
 redis.call('SET', KEYS[1], nxt, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
-if wait == 0 then return {1, 0} end
+if wait == 0 then return 1 end
 return {1, ceil(wait), fmt(tat), fmt(nxt)}
