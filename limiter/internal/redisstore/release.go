@@ -10,9 +10,14 @@ import (
 func (s *Store) Release(ctx context.Context, k store.Keyspace, r store.ReleaseRequest) (store.ReleaseReply, error) {
 	args := append(evalArgs(releaseScript, k, 5), r.ID, r.Token, s.channel.get(r.Channel, box), flag(r.Wake), flag(r.Check))
 	cmd, _, _ := s.eval(ctx, releaseScript, k, store.ReplicaWait{}, args)
-	v, err := cmd.Slice()
+	res, err := cmd.Result()
 	if err != nil {
 		return store.ReleaseReply{}, err
+	}
+	v, ok := res.([]any)
+	if !ok { // the permits alone: no own waiter woken
+		freed, _ := res.(int64)
+		return store.ReleaseReply{Freed: freed}, nil
 	}
 	freed, _ := v[0].(int64)
 	return store.ReleaseReply{Freed: freed, Woken: stringsOf(v[1:])}, nil

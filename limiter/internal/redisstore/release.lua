@@ -7,30 +7,33 @@
 -- Returns {permits the lease held (0 when it was not held: expired,
 -- released, or another incarnation of the id), own waiters woken...},
 -- each "wait id" or, when granted here, "wait id token" (also the
--- message published to another Client's waiter).
+-- message published to another Client's waiter); the permits alone, not
+-- a table, when it woke none of its own (a table costs the common path
+-- more than anything else in its reply).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
 local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'seq', 'emptied')
-if not st[1] then return {0} end
+if not st[1] then return 0 end
 local w, tok = parse(st[1])
-if want ~= '' and tok ~= want then return {0} end
+if want ~= '' and tok ~= want then return 0 end
 local now -- read only when needed
-local reply = {w}
+local held = w
 if ARGV[5] == '1' then
   now = clock_ms()
   -- An expired lease is removed all the same (its permits were free for
   -- the taking already), but it was not held.
-  if (num(redis.call('ZSCORE', KEYS[1], id)) or 0) <= now then reply[1] = 0 end
+  if (num(redis.call('ZSCORE', KEYS[1], id)) or 0) <= now then held = 0 end
 end
 redis.call('ZREM', KEYS[1], id)
 local total = (num(st[2]) or w) - w
+local mine -- own waiters woken, when the queue was walked
 local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
 if ARGV[4] == '1' and st[7] ~= st[8] then
   local g = {total = total, token = num(st[4]) or 0, keyexp = num(st[5]) or 0,
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = num(st[3]) or math.huge
-  for _, v in ipairs(pass_on(now, limit - total, ARGV[3], limit, g)) do reply[#reply + 1] = v end
+  mine = pass_on(now, limit - total, ARGV[3], limit, g)
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
 end
@@ -38,4 +41,6 @@ end
 hset[#hset + 1], hset[#hset + 2] = 'total', total == 0 and '0' or fmt(total)
 redis.call(unpack(hdel))
 redis.call(unpack(hset))
-return reply
+if not mine or #mine == 0 then return held end
+table.insert(mine, 1, held)
+return mine
