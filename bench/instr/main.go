@@ -1,0 +1,74 @@
+// Command instr is the probe bench/instr/run.sh runs under callgrind.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// The probe instr/run.sh runs: n calls of one library against one
+// redis-server, after 200 to warm up.
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6399", "")
+	lib := flag.String("lib", "redsem", "")
+	n := flag.Int("n", 20000, "")
+	flag.Parse()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
+	r := limiter.Rate{Events: 1_000_000, Per: time.Second, Burst: 1_000_000}
+	var call func() error
+	switch *lib {
+	case "redsem": // RateLimit.Allow
+		c, err := limiter.New(rdb)
+		if err != nil {
+			panic(err)
+		}
+		rl, err := c.RateLimit("cg", r)
+		if err != nil {
+			panic(err)
+		}
+		call = func() error { _, err := rl.Allow(ctx); return err }
+	case "redis_rate":
+		l := redis_rate.NewLimiter(rdb)
+		lim := redis_rate.Limit{Rate: int(r.Events), Burst: int(r.Burst), Period: r.Per}
+		call = func() error { _, err := l.Allow(ctx, "cg", lim); return err }
+	case "semaphore": // an uncontended Acquire and Release
+		c, err := limiter.New(rdb)
+		if err != nil {
+			panic(err)
+		}
+		sem, err := c.Semaphore("cgsem", 5)
+		if err != nil {
+			panic(err)
+		}
+		call = func() error {
+			l, err := sem.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	case "ping":
+		call = func() error { return rdb.Ping(ctx).Err() }
+	}
+	for i := 0; i < 200; i++ {
+		call()
+	}
+	rdb.ConfigResetStat(ctx)
+	for i := 0; i < *n; i++ {
+		if err := call(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	s, _ := rdb.Info(ctx, "commandstats").Result()
+	fmt.Println(s)
+}
