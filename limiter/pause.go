@@ -112,8 +112,9 @@ func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
 }
 
 // RateNames lists, sorted, the rate limits under the Client's prefix
-// that have state in Redis (used within about a burst's refill, or with a
-// stored rate) and whose name matches the glob match, as Names does.
+// that have state in Redis (used within a minute of its burst refilling,
+// or with a stored rate) and whose name matches the glob match, as Names
+// does.
 func (i *Inspector) RateNames(ctx context.Context, match string) ([]string, error) {
 	return i.names(ctx, store.RatePattern(i.c.cfg.prefix), match, "rate names")
 }
