@@ -93,13 +93,16 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-// Close stops the sampler and returns once it has stopped (a sample under
-// way is cancelled); the pages then show the last sample. It closes no
+// Close stops the sampler (a sample under way is cancelled) and returns
+// once it has stopped, waiting at most a second for a read that Redis
+// does not answer (see Timeout); the pages then show the last sample and
+// say the dashboard is closed, and the actions answer 503. It closes no
 // connection: the Client is the caller's. Later calls do nothing.
 func (d *Dashboard) Close() {
 	d.closeOnce.Do(func() {
 		d.cancel()
 		<-d.done
+		d.s.close()
 	})
 }
 

@@ -41,11 +41,11 @@ type page struct {
 	// The overview's.
 	Match, Sort string
 	Rows        []row
-	FilterErr   string
 
 	// A name's.
 	Name       string
 	View       *nameView // nil when Redis holds nothing for it
+	BeyondMax  bool      // the name is one MaxNames leaves out
 	HistorySrc string
 }
 
