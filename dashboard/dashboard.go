@@ -33,8 +33,8 @@ type Dashboard struct {
 var staticFiles embed.FS
 
 // New returns the dashboard of c's names and starts its sampler, which
-// reads every semaphore and rate limit under c's prefix at once and then
-// every Interval. A failed sample (Redis unreachable, c closed) is shown
+// lists the semaphores and rate limits under c's prefix at once and reads
+// them every Interval (see the package documentation for what it costs). A failed sample (Redis unreachable, c closed) is shown
 // on the pages, which keep the last good one, and sampling goes on. Call
 // Close to stop it: c is not closed. Bad options give a
 // *limiter.ArgumentError naming them, as does a nil c.
@@ -79,12 +79,14 @@ func (d *Dashboard) routes() *http.ServeMux {
 //
 // A page asked for before the first sample waits for it, or for the
 // request's context to end. While Redis cannot be read, the pages show
-// the last good sample and the error (JSON: "error"); a glob filter that
-// Redis cannot answer is an error on the overview (api/overview: 502).
-// An action answers JSON: 200 when done, 400 for bad input (naming it),
+// the last good sample and the error (JSON: "error"), as they do when no
+// sample came for 3 intervals. A glob filter is matched against the
+// sample's names (a malformed glob selects what Redis would select with
+// it), never sent to Redis. A name that cannot be read shows its error
+// (JSON: the name's "error"). An action answers JSON: 200 when done, 400 for bad input (naming it),
 // 401 without the token, 403 when actions are off or the request is
 // cross-site, 404 for a lease that is not held, 502 when Redis failed
-// (the change may have been made all the same).
+// (the change may have been made all the same), 503 after Close.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")

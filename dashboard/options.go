@@ -35,8 +35,9 @@ func defaultConfig() config {
 	return config{interval: DefaultInterval, keep: DefaultHistory, maxNames: DefaultMaxNames}
 }
 
-// Interval is how often the sampler reads every name from Redis, and how
-// often the pages update; at least 50ms.
+// Interval is how often the sampler reads the known names from Redis, and
+// how often the pages update; at least 50ms. The names are listed (SCAN)
+// every 10 intervals, at least every second and at most every 30s.
 func Interval(d time.Duration) Option { return func(c *config) { c.interval = d } }
 
 // History is how far back the charts go (in memory, lost on restart); at
