@@ -153,3 +153,35 @@ func TestActionAfterClose(t *testing.T) {
 		t.Errorf("the limit was set after Close: %d, %v", limit, err)
 	}
 }
+
+// The live part has an ETag of all but its sample time: a page whose
+// names did not change gets 304 and the sample time alone.
+func TestLiveNotModified(t *testing.T) {
+	f := newFixture(t)
+	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 3); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(t, "api/overview", "jobs", func(b string) bool { return strings.Contains(b, "jobs") })
+	get := func(tag string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, f.http.URL+"/?part=live", nil)
+		if tag != "" {
+			req.Header.Set("If-None-Match", tag)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	first := get("")
+	time.Sleep(3 * testInterval)
+	res := get(first.Header.Get("ETag"))
+	if res.StatusCode != http.StatusNotModified || res.Header.Get("X-Redsem-Sampled") == "" {
+		t.Errorf("nothing changed, 3 samples later: %d, sampled %q", res.StatusCode, res.Header.Get("X-Redsem-Sampled"))
+	}
+	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 4); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "a 200 once the limit changed", func() bool { return get(first.Header.Get("ETag")).StatusCode == 200 })
+}
