@@ -28,8 +28,12 @@ const (
 	DefaultMaxNames = 1000
 )
 
-// minTokenLen keeps a guessable token from guarding the actions.
-const minTokenLen = 8
+// MinTokenLen is the shortest token Actions takes: a guessable token
+// must not guard the actions.
+const MinTokenLen = 8
+
+// MinInterval is the shortest Interval.
+const MinInterval = 50 * time.Millisecond
 
 func defaultConfig() config {
 	return config{interval: DefaultInterval, keep: DefaultHistory, maxNames: DefaultMaxNames}
@@ -77,7 +81,7 @@ func (c config) with(opts []Option) (config, error) {
 		}
 	}
 	switch {
-	case c.interval < 50*time.Millisecond:
+	case c.interval < MinInterval:
 		return c, argError("Interval", c.interval, "must be at least 50ms")
 	case c.keep < 10*c.interval || c.keep > 24*time.Hour:
 		return c, argError("History", c.keep, fmt.Sprintf("must be between 10 intervals (%v) and 24h", 10*c.interval))
@@ -85,8 +89,8 @@ func (c config) with(opts []Option) (config, error) {
 		return c, argError("Timeout", c.timeout, "must not be negative")
 	case c.maxNames < 1:
 		return c, argError("MaxNames", c.maxNames, "must be at least 1")
-	case c.actions && len(c.token) < minTokenLen:
-		return c, argError("Actions", "(token hidden)", fmt.Sprintf("the token must have at least %d characters", minTokenLen))
+	case c.actions && len(c.token) < MinTokenLen:
+		return c, argError("Actions", "(token hidden)", fmt.Sprintf("the token must have at least %d characters", MinTokenLen))
 	}
 	if c.timeout == 0 {
 		c.timeout = max(10*c.interval, 5*time.Second)
