@@ -67,9 +67,20 @@ func (d *Dashboard) routes() *http.ServeMux {
 	m.HandleFunc("GET /api/name", d.nameData)
 	m.HandleFunc("GET /api/history", d.historyData)
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m.Handle("GET /static/", http.StripPrefix("/static", http.FileServerFS(static)))
+	m.HandleFunc("GET /static/{file}", func(w http.ResponseWriter, r *http.Request) { serveStatic(w, r, static) })
 	m.HandleFunc("POST /actions/{action}", d.act)
 	return m
+}
+
+// serveStatic serves an embedded file: files only (no directory listing,
+// no redirect, which would leave the mount of a StripPrefix).
+func serveStatic(w http.ResponseWriter, r *http.Request, static fs.FS) {
+	name := r.PathValue("file")
+	if st, err := fs.Stat(static, name); err != nil || !st.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, static, name)
 }
 
 // ServeHTTP serves the dashboard at the root of its path: mount it with

@@ -185,3 +185,19 @@ func TestLiveNotModified(t *testing.T) {
 	}
 	redistest.Eventually(t, 5*time.Second, "a 200 once the limit changed", func() bool { return get(first.Header.Get("ETag")).StatusCode == 200 })
 }
+
+// Mounted under a prefix, static serves files only: no directory
+// listing, no redirect out of the mount.
+func TestStaticFilesOnly(t *testing.T) {
+	f := newFixture(t)
+	mux := http.NewServeMux()
+	mux.Handle("/redsem/", http.StripPrefix("/redsem", f.dash))
+	for path, want := range map[string]int{"/redsem/static": 404, "/redsem/static/": 404, "/redsem/static/dashboard.js": 200,
+		"/redsem/static/index.html": 404, "/redsem/static/..%2fdashboard.go": 404} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want || rec.Header().Get("Location") != "" {
+			t.Errorf("GET %s: %d (Location %q), want %d", path, rec.Code, rec.Header().Get("Location"), want)
+		}
+	}
+}
