@@ -88,8 +88,8 @@ func serveStatic(w http.ResponseWriter, r *http.Request, static fs.FS) {
 //
 //	mux.Handle("/redsem/", http.StripPrefix("/redsem", d))
 //
-// A page asked for before the first sample waits for it, or for the
-// request's context to end. While Redis cannot be read, the pages show
+// A page asked for before the first sample waits for it, for the
+// request's context to end or for 3 intervals (then: "no sample yet"). While Redis cannot be read, the pages show
 // the last good sample and the error (JSON: "error"), as they do when no
 // sample came for 3 intervals. A glob filter is matched against the
 // sample's names (a malformed glob selects what Redis would select with

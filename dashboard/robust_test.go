@@ -201,3 +201,30 @@ func TestStaticFilesOnly(t *testing.T) {
 		}
 	}
 }
+
+// A page asked for while the first sample hangs answers within a few
+// intervals ("no sample yet"), not at the sample's Timeout.
+func TestFirstSampleHangs(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1})
+	defer rdb.Close()
+	c, err := limiter.New(rdb, limiter.Prefix(testPrefix), limiter.RestartQuarantine(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	srv.Pause(t)
+	d, err := dashboard.New(c, dashboard.Interval(testInterval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?part=live", nil))
+	took := time.Since(start)
+	d.Close()
+	srv.Resume(t)
+	if took > time.Second || !strings.Contains(rec.Body.String(), "no sample yet") {
+		t.Errorf("first sample hung: the page took %v: %s", took, rec.Body.String())
+	}
+}

@@ -123,12 +123,16 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
-// current waits for the first sample (or ctx's end) and returns the
-// latest, marked failed when it is stale.
+// current waits for the first sample (or ctx's end, or staleAfter
+// intervals: Redis may hang) and returns the latest, marked failed when
+// it is stale.
 func (s *sampler) current(ctx context.Context) *snapshot {
+	t := time.NewTimer(staleAfter * s.cfg.interval)
+	defer t.Stop()
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
+	case <-t.C:
 	}
 	return s.fresh(time.Now())
 }
