@@ -75,7 +75,7 @@ type actionResult struct {
 
 // act runs an action, if the actions are on, the request comes from the
 // dashboard's own origin and carries the token; then samples at once, so
-// that the pages show what it did.
+// that the pages show what it did (without adding a point to the charts).
 func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 	if status, err := d.allowed(r); err != nil {
 		writeError(w, status, err)
@@ -96,15 +96,20 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	d.s.sample(r.Context())
+	d.s.want(name)
+	d.s.sample(r.Context(), false)
 	writeJSON(w, http.StatusOK, actionResult{OK: true, Message: msg})
 }
 
 // allowed checks, in this order, that the actions are on, that the
-// request is not cross-site, and its token.
+// dashboard is not closed, that the request is not cross-site, and its
+// token.
 func (d *Dashboard) allowed(r *http.Request) (int, error) {
 	if !d.cfg.actions {
 		return http.StatusForbidden, errActionsOff
+	}
+	if d.s.closed.Load() {
+		return http.StatusServiceUnavailable, errClosed
 	}
 	if err := crossOrigin.Check(r); err != nil {
 		return http.StatusForbidden, fmt.Errorf("dashboard: %w", err)

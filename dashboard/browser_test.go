@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,5 +168,50 @@ func TestBrowserReadOnly(t *testing.T) {
 			screenshot(t, ctx, "read-only-controls")
 			t.Errorf("%s shows %d action controls with actions off", path, controls)
 		}
+	}
+}
+
+// In a real browser, the live part is updated in place: a selection in
+// a cell that did not change and the scroll stay, and the cells that
+// change (the holders' ages) are updated.
+func TestBrowserKeepsSelection(t *testing.T) {
+	ctx := newBrowser(t)
+	f := newFixture(t)
+	s := f.sem(t, "big", 500)
+	for i := range 120 {
+		f.hold(t, s, fmt.Sprintf("worker-%03d", i), 1)
+	}
+	run(t, ctx, 10*time.Second, "open", chromedp.Navigate(f.http.URL+"/name?name=big"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="worker-119"]`)))
+	run(t, ctx, 5*time.Second, "select a cell, scroll", chromedp.Evaluate[chromedp.Void](`
+		window.scrollTo(0, 2500);
+		const td = document.querySelector('tr[data-id="worker-100"] td');
+		const r = document.createRange(); r.selectNodeContents(td);
+		getSelection().removeAllRanges(); getSelection().addRange(r);
+		window.before = [window.scrollY, getSelection().toString(), document.querySelector('p.sampled').textContent];
+	`))
+	time.Sleep(15 * testInterval)
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[[]any](`[window.before, [window.scrollY, getSelection().toString(), document.querySelector('p.sampled').textContent]]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := out[0].([]any), out[1].([]any)
+	if before[0] != after[0] || before[1] != "worker-100" || after[1] != "worker-100" || before[2] == after[2] {
+		t.Errorf("before 15 intervals [scroll, selection, sampled]: %v; after: %v", before, after)
+	}
+	// The overview does not change (no ages on it): 304s, and the sample
+	// time moves on.
+	run(t, ctx, 10*time.Second, "the overview", chromedp.Navigate(f.http.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-name="big"]`)))
+	at := func() string {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('p.sampled time').textContent`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := at()
+	time.Sleep(15 * testInterval)
+	if later := at(); later == first {
+		t.Errorf("the overview's sample time stays %s", first)
 	}
 }

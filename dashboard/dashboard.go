@@ -33,8 +33,8 @@ type Dashboard struct {
 var staticFiles embed.FS
 
 // New returns the dashboard of c's names and starts its sampler, which
-// reads every semaphore and rate limit under c's prefix at once and then
-// every Interval. A failed sample (Redis unreachable, c closed) is shown
+// lists the semaphores and rate limits under c's prefix at once and reads
+// them every Interval (see the package documentation for what it costs). A failed sample (Redis unreachable, c closed) is shown
 // on the pages, which keep the last good one, and sampling goes on. Call
 // Close to stop it: c is not closed. Bad options give a
 // *limiter.ArgumentError naming them, as does a nil c.
@@ -67,9 +67,20 @@ func (d *Dashboard) routes() *http.ServeMux {
 	m.HandleFunc("GET /api/name", d.nameData)
 	m.HandleFunc("GET /api/history", d.historyData)
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m.Handle("GET /static/", http.StripPrefix("/static", http.FileServerFS(static)))
+	m.HandleFunc("GET /static/{file}", func(w http.ResponseWriter, r *http.Request) { serveStatic(w, r, static) })
 	m.HandleFunc("POST /actions/{action}", d.act)
 	return m
+}
+
+// serveStatic serves an embedded file: files only (no directory listing,
+// no redirect, which would leave the mount of a StripPrefix).
+func serveStatic(w http.ResponseWriter, r *http.Request, static fs.FS) {
+	name := r.PathValue("file")
+	if st, err := fs.Stat(static, name); err != nil || !st.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, static, name)
 }
 
 // ServeHTTP serves the dashboard at the root of its path: mount it with
@@ -77,14 +88,16 @@ func (d *Dashboard) routes() *http.ServeMux {
 //
 //	mux.Handle("/redsem/", http.StripPrefix("/redsem", d))
 //
-// A page asked for before the first sample waits for it, or for the
-// request's context to end. While Redis cannot be read, the pages show
-// the last good sample and the error (JSON: "error"); a glob filter that
-// Redis cannot answer is an error on the overview (api/overview: 502).
-// An action answers JSON: 200 when done, 400 for bad input (naming it),
+// A page asked for before the first sample waits for it, for the
+// request's context to end or for 3 intervals (then: "no sample yet"). While Redis cannot be read, the pages show
+// the last good sample and the error (JSON: "error"), as they do when no
+// sample came for 3 intervals. A glob filter is matched against the
+// sample's names (a malformed glob selects what Redis would select with
+// it), never sent to Redis. A name that cannot be read shows its error
+// (JSON: the name's "error"). An action answers JSON: 200 when done, 400 for bad input (naming it),
 // 401 without the token, 403 when actions are off or the request is
 // cross-site, 404 for a lease that is not held, 502 when Redis failed
-// (the change may have been made all the same).
+// (the change may have been made all the same), 503 after Close.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
@@ -93,13 +106,16 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-// Close stops the sampler and returns once it has stopped (a sample under
-// way is cancelled); the pages then show the last sample. It closes no
+// Close stops the sampler (a sample under way is cancelled) and returns
+// once it has stopped, waiting at most a second for a read that Redis
+// does not answer (see Timeout); the pages then show the last sample and
+// say the dashboard is closed, and the actions answer 503. It closes no
 // connection: the Client is the caller's. Later calls do nothing.
 func (d *Dashboard) Close() {
 	d.closeOnce.Do(func() {
 		d.cancel()
 		<-d.done
+		d.s.close()
 	})
 }
 

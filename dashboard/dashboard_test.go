@@ -16,6 +16,7 @@ import (
 // overviewJSON is what api/overview answers, the fields the tests read.
 type overviewJSON struct {
 	SampledAt time.Time `json:"sampled_at"`
+	Err       string    `json:"error"`
 	Names     []struct {
 		Name         string `json:"name"`
 		Semaphore    bool   `json:"semaphore"`

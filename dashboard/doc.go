@@ -15,13 +15,29 @@
 //
 // # Sampling, and what a restart forgets
 //
-// One sampler reads every name from Redis every Interval (default 1s)
-// with the Inspector (the reads of redsem show, 16 names at a time), and
-// everything served reads its latest sample: viewers and scrapes add no
-// load on Redis. The history is a ring per name in this process's
-// memory, about 20 KB per name at the defaults, for at most MaxNames
-// names; a restart starts the charts afresh, and a name gone for longer
-// than History is forgotten.
+// One sampler reads the known names from Redis every Interval (default
+// 1s) with the Inspector (the reads of redsem show, 16 names at a time):
+// about 13 commands per semaphore, some 30-40 µs of Redis CPU each (35 ms
+// a sample for 1,000 names), and one script per rate limit. Every 10
+// intervals (at least every second, at most every 30s) it lists the names
+// again with two SCANs, and there Redis walks every key of the database
+// (SCAN's MATCH only filters what it returns): about 0.75 µs of CPU a
+// key, 230 ms for 300,000 keys. A name new since the last listing shows up
+// at the next one, or at the next sample when its page (or an action)
+// asks for it. Everything served reads the latest sample: viewers, glob
+// filters and scrapes add no load on Redis.
+//
+// A go-redis client needs ContextTimeoutEnabled (or a ReadTimeout) for a
+// read of a hung Redis to end; without it the sampler leaves such a read
+// behind past Timeout, and starts no other until it ends. Either way, when
+// no good sample came for 3 intervals the pages and /metrics say the
+// sample failed.
+//
+// The history is a ring per name in this process's memory, 32 bytes a
+// point (about 28 KB per name at 15 minutes of 1s samples), allocated as
+// points come, for at most MaxNames names (those seen last); a restart
+// starts the charts afresh, and a name gone for longer than History is
+// forgotten. A name that goes and comes back has a gap in its charts.
 //
 // What Redis does not store is derived, and labelled so:
 //   - A holder's age is read from its fencing token, which the limiter

@@ -6,9 +6,10 @@ import (
 	"time"
 )
 
-// point is one sample of a name, for the charts: float32 keeps 15
-// minutes of a name at one sample a second in about 20 KB. NaN is "not
-// known" (a limit that is not set, grants before the second sample).
+// point is one sample of a name, for the charts: 32 bytes, so that 15
+// minutes of a name at one sample a second (901 points) take about 28 KB.
+// NaN is "not known" (a limit that is not set, grants before the second
+// sample, a gap while the name was gone).
 type point struct {
 	at         int64 // Unix seconds × 1000 (ms)
 	inUse      float32
@@ -18,31 +19,53 @@ type point struct {
 	oldestWait float32 // seconds
 }
 
-// history is a name's last points, a ring that overwrites the oldest.
+// gapPoint is a point where nothing is known (the name had no state, or
+// its read failed): the charts break there.
+func gapPoint(now time.Time) point {
+	nan := float32(math.NaN())
+	return point{at: now.UnixMilli(), inUse: nan, limit: nan, waiters: nan, grants: nan, oldestWait: nan}
+}
+
+// history is a name's last points, a ring that overwrites the oldest
+// once full: it grows as points come, so that a name seen for a few
+// samples costs a few points.
 type history struct {
 	points []point
-	next   int // where the next point goes
-	full   bool
+	next   int       // where the next point goes, once full
 	seen   time.Time // when the name last had state in Redis
 }
 
-func newHistory(capacity int) *history {
-	return &history{points: make([]point, capacity)}
+// add adds p, keeping at most capacity points.
+func (h *history) add(p point, capacity int) {
+	if len(h.points) < capacity {
+		if len(h.points) == cap(h.points) {
+			grown := make([]point, len(h.points), min(max(2*len(h.points), 16), capacity))
+			copy(grown, h.points)
+			h.points = grown
+		}
+		h.points = append(h.points, p)
+		return
+	}
+	h.points[h.next] = p
+	h.next = (h.next + 1) % len(h.points)
 }
 
-func (h *history) add(p point) {
-	h.points[h.next] = p
-	h.next++
-	if h.next == len(h.points) {
-		h.next, h.full = 0, true
+// last is the newest point (ok false: none).
+func (h *history) last() (p point, ok bool) {
+	if len(h.points) == 0 {
+		return point{}, false
 	}
+	return h.points[(h.next+len(h.points)-1)%len(h.points)], true
+}
+
+// gapped says whether the newest point is a gap.
+func (h *history) gapped() bool {
+	p, ok := h.last()
+	return ok && math.IsNaN(float64(p.inUse)) && math.IsNaN(float64(p.waiters))
 }
 
 // ordered returns the points oldest first.
 func (h *history) ordered() []point {
-	if !h.full {
-		return append([]point(nil), h.points[:h.next]...)
-	}
 	return append(append([]point(nil), h.points[h.next:]...), h.points[:h.next]...)
 }
 

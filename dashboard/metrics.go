@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +18,9 @@ var (
 	sampleDesc  = prometheus.NewDesc("redsem_fleet_sample_timestamp_seconds",
 		"When the sample these gauges come from was read (Unix time; 0: none yet).", nil, nil)
 	failedDesc = prometheus.NewDesc("redsem_fleet_sample_failed",
-		"1 when the last sample failed (the gauges are then the sample before's).", nil, nil)
+		"1 when the last sample failed, or none came for 3 intervals (the gauges are then the last good sample's).", nil, nil)
+	omittedDesc = prometheus.NewDesc("redsem_fleet_names_omitted",
+		"Names beyond the dashboard's MaxNames, neither sampled nor exported.", nil, nil)
 )
 
 func fleetDesc(name, help string) *prometheus.Desc {
@@ -29,7 +33,9 @@ type collector struct{ s *sampler }
 
 // Collector returns a prometheus.Collector of per-name gauges read from
 // the dashboard's latest sample (redsem_fleet_*): permits in use, fleet
-// limit, holders, waiters, oldest wait, pause. The dashboard's /metrics
+// limit, holders, waiters, oldest wait, pause; and how many names
+// MaxNames leaves out (redsem_fleet_names_omitted). A name whose read
+// failed has no gauges. The dashboard's /metrics
 // serves it alone; register it in a registry of your own to export it
 // beside your other metrics. A scrape reads no Redis: after Close, or
 // while sampling fails, it reports the last good sample (see
@@ -37,13 +43,13 @@ type collector struct{ s *sampler }
 func (d *Dashboard) Collector() prometheus.Collector { return collector{d.s} }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, sampleDesc, failedDesc} {
+	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, sampleDesc, failedDesc, omittedDesc} {
 		ch <- d
 	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.s.latest.Load()
+	snap := c.s.fresh(time.Now())
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -53,10 +59,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(sampleDesc, at)
 	gauge(failedDesc, boolValue(snap.Err != ""))
+	gauge(omittedDesc, float64(snap.Omitted))
 	for _, v := range snap.Names {
-		if v.Rate != nil {
-			gauge(pausedDesc, float64(v.Rate.PausedMs)/1000, v.Name)
+		if v.Err != "" { // not read: nothing to say of it
+			continue
 		}
+		paused := 0.0
+		if v.Rate != nil {
+			paused = float64(v.Rate.PausedMs) / 1000
+		}
+		gauge(pausedDesc, paused, v.Name)
 		if !v.Semaphore {
 			continue
 		}

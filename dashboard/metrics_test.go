@@ -18,6 +18,7 @@ func TestMetrics(t *testing.T) {
 	jobs := f.sem(t, "jobs", 3, limiter.AcquireTimeout(0))
 	f.hold(t, jobs, "a", 3)
 	f.queue(t, jobs, 1)
+	f.hold(t, f.sem(t, "idle", 2), "b", 1) // no rate state: paused 0
 	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -28,15 +29,16 @@ func TestMetrics(t *testing.T) {
 		return strings.Contains(b, `redsem_fleet_limit{name="jobs"} 3`) && strings.Contains(b, `redsem_fleet_paused_seconds{name="jobs"}`)
 	})
 	for _, want := range []string{`redsem_fleet_in_use{name="jobs"} 3`, `redsem_fleet_holders{name="jobs"} 1`,
-		`redsem_fleet_waiters{name="jobs"} 1`, `redsem_fleet_oldest_wait_seconds{name="jobs"}`, "redsem_fleet_sample_failed 0"} {
+		`redsem_fleet_waiters{name="jobs"} 1`, `redsem_fleet_oldest_wait_seconds{name="jobs"}`, "redsem_fleet_sample_failed 0",
+		`redsem_fleet_paused_seconds{name="idle"} 0`, "redsem_fleet_names_omitted 0"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, body)
 		}
 	}
 }
 
-// With 1,000 names the overview renders in well under 200ms on the
-// server: it reads the sample, not Redis.
+// With 1,000 names the overview renders within 200ms on the server
+// (raceSlowdown times that under -race): it reads the sample, not Redis.
 func TestThousandNames(t *testing.T) {
 	f := newFixture(t)
 	in := f.app.Inspector()
@@ -70,8 +72,8 @@ func TestThousandNames(t *testing.T) {
 			size = rec.Body.Len()
 		}
 		t.Logf("%s with 1000 names: %v on the server (best of 3), %d bytes", path, best, size)
-		if best > time.Second { // 200ms is the aim; -race and a busy CI get room
-			t.Errorf("%s took %v with 1000 names", path, best)
+		if bound := raceSlowdown * 200 * time.Millisecond; best > bound {
+			t.Errorf("%s took %v with 1000 names, over %v", path, best, bound)
 		}
 	}
 }

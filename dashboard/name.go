@@ -21,6 +21,16 @@ func view(snap *snapshot, name string) *nameView {
 	return &snap.Names[i]
 }
 
+// lookup finds name in snap; when it is not there, the next samples read
+// it too, for a name new since the sampler last listed the names.
+func (d *Dashboard) lookup(snap *snapshot, name string) *nameView {
+	v := view(snap, name)
+	if v == nil && !snap.beyondMax(name) {
+		d.s.want(name)
+	}
+	return v
+}
+
 func (d *Dashboard) namePage(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	if name == "" {
@@ -29,7 +39,8 @@ func (d *Dashboard) namePage(w http.ResponseWriter, r *http.Request) {
 	}
 	snap := d.s.current(r.Context())
 	p := d.newPage(name, snap)
-	p.Name, p.View, p.Charts = name, view(snap, name), true
+	p.Name, p.View, p.Charts = name, d.lookup(snap, name), true
+	p.BeyondMax = p.View == nil && snap.beyondMax(name)
 	p.LiveSrc = liveSrc("name", url.Values{"name": {name}})
 	p.HistorySrc = "api/history?" + url.Values{"name": {name}}.Encode()
 	render(w, r, "name", p)
@@ -40,6 +51,8 @@ type nameJSON struct {
 	SampledAt time.Time `json:"sampled_at"`
 	*nameView
 	Name string `json:"name"`
+	// BeyondMax: the name is one that MaxNames leaves out (not sampled).
+	BeyondMax bool `json:"beyond_max_names,omitempty"`
 }
 
 func (d *Dashboard) nameData(w http.ResponseWriter, r *http.Request) {
@@ -49,12 +62,12 @@ func (d *Dashboard) nameData(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := d.s.current(r.Context())
-	v := view(snap, name)
+	v := d.lookup(snap, name)
 	status := http.StatusOK
 	if v == nil {
 		status = http.StatusNotFound
 	}
-	writeJSON(w, status, nameJSON{SampledAt: snap.At, nameView: v, Name: name})
+	writeJSON(w, status, nameJSON{SampledAt: snap.At, nameView: v, Name: name, BeyondMax: v == nil && snap.beyondMax(name)})
 }
 
 func (d *Dashboard) historyData(w http.ResponseWriter, r *http.Request) {

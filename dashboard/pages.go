@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"hash/fnv"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -41,11 +42,11 @@ type page struct {
 	// The overview's.
 	Match, Sort string
 	Rows        []row
-	FilterErr   string
 
 	// A name's.
 	Name       string
 	View       *nameView // nil when Redis holds nothing for it
+	BeyondMax  bool      // the name is one MaxNames leaves out
 	HistorySrc string
 }
 
@@ -55,9 +56,13 @@ func (d *Dashboard) newPage(title string, snap *snapshot) page {
 }
 
 // render writes the template name, or its live part when the request
-// asks for it (part=live), whole or not at all.
+// asks for it (part=live), whole or not at all. The live part has an ETag
+// of all but its sample time: when it matches If-None-Match the answer is
+// 304 with the sample time alone (X-Redsem-Sampled), so that a page whose
+// names did not change costs no HTML.
 func render(w http.ResponseWriter, r *http.Request, name string, p page) {
-	if r.URL.Query().Get("part") == "live" {
+	live := r.URL.Query().Get("part") == "live"
+	if live {
 		name += "-live"
 	}
 	var b bytes.Buffer
@@ -65,9 +70,38 @@ func render(w http.ResponseWriter, r *http.Request, name string, p page) {
 		http.Error(w, "dashboard: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	if live {
+		tag := etagOf(b.Bytes())
+		h.Set("ETag", tag)
+		if !p.Snap.At.IsZero() {
+			h.Set("X-Redsem-Sampled", p.Snap.At.Format("15:04:05"))
+		}
+		if r.Header.Get("If-None-Match") == tag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
+	h.Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = w.Write(b.Bytes())
+}
+
+// sampledAt opens the sample time in a live part (template "sampled").
+var sampledAt = []byte(`<time class="at">`)
+
+// etagOf is the ETag of a live part: a hash of it without its sample
+// time.
+func etagOf(html []byte) string {
+	f := fnv.New64a()
+	if i := bytes.Index(html, sampledAt); i >= 0 {
+		f.Write(html[:i])
+		if j := bytes.Index(html[i:], []byte("</time>")); j >= 0 {
+			html = html[i+j:]
+		}
+	}
+	f.Write(html)
+	return fmt.Sprintf(`"%x"`, f.Sum64())
 }
 
 // liveSrc is the URL of a page's live part: its own query, and part=live.

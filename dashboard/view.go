@@ -25,6 +25,9 @@ type nameView struct {
 	// Saturated: paused, someone waits, the fleet limit is reached, or
 	// the rate's next event is not free now.
 	Saturated bool `json:"saturated"`
+	// Err is why the name could not be read (a key of another type under
+	// the prefix, say); the other names are read all the same.
+	Err string `json:"error,omitempty"`
 }
 
 // holderView is a lease, with its age.
@@ -64,7 +67,7 @@ func tokenAge(token int64, now time.Time) *int64 {
 
 // saturated says whether v's name lets nothing more through now.
 func saturated(v nameView) bool {
-	if r := v.Rate; r != nil && (r.PausedMs > 0 || (!v.Semaphore && r.NextFreeMs != nil && *r.NextFreeMs > 0)) {
+	if r := v.Rate; r != nil && (r.PausedMs > 0 || (r.NextFreeMs != nil && *r.NextFreeMs > 0)) {
 		return true
 	}
 	return len(v.Waiters) > 0 || (v.FleetLimit != nil && v.InUse >= *v.FleetLimit)

@@ -347,7 +347,7 @@ func TestRelease(t *testing.T) {
 	}
 
 	err = release(f.ctx(), &bytes.Buffer{}, f.cli, "jobs", "nosuch", false)
-	if err == nil || !strings.Contains(err.Error(), `no lease with id "nosuch"`) {
+	if err == nil || !strings.Contains(err.Error(), `no lease with id "nosuch" (`) || !strings.Contains(err.Error(), "holders: see redsem show jobs)") {
 		t.Errorf("release of an unknown id: %v", err)
 	}
 

@@ -51,14 +51,16 @@ flags (before or after the command; -- ends them):
   -tls-ca FILE       PEM CA certificates to trust (implies -tls)
   -tls-insecure      skip server certificate verification (implies -tls)
   -prefix P          key prefix of the limiter Clients (default "redsem:")
-  -timeout D         bound on the whole command; for watch, on each poll (default 10s)
+  -timeout D         bound on the whole command; for watch, on each poll; for
+                     serve, on connecting and on each sample's reads (default 10s)
   -interval D        watch: time between polls (default 500ms); serve: between
-                     samples (default 1s)
+                     samples, 50ms to 90s (default 1s)
   -listen HOST:PORT  serve: where the dashboard listens (default 127.0.0.1:7380;
                      it shows who holds what: keep it off public networks)
   -actions           serve: let the pages release leases, set limits and rates,
                      pause and unpause, with the token
-  -token T           serve: the actions' token (default $REDSEM_TOKEN)
+  -token T           serve: the actions' token, at least 8 characters (default
+                     $REDSEM_TOKEN)
   -redlock A,B,...   doctor: check these independent nodes (a Redlock quorum)
   -wait-replicas N   doctor: the WaitReplicas n of your Clients (default 0)
   -ttl D             doctor: the longest TTL of your Clients, which is the
@@ -192,6 +194,9 @@ func parse(args []string) (options, action, error) {
 		return o, action{}, errNoCommand
 	}
 	act, err := command(pos[0], pos[1:])
+	if err == nil && pos[0] == "serve" && o.serve.intervalSet {
+		err = checkServeInterval(o.interval)
+	}
 	return o, act, err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -21,6 +22,9 @@ type releaseResult struct {
 // holder learns of the loss at its next refresh.
 func release(ctx context.Context, w io.Writer, c *limiter.Client, name, id string, asJSON bool) error {
 	h, err := namestate.Release(ctx, c, name, id)
+	if nl := (*namestate.NoLeaseError)(nil); errors.As(err, &nl) {
+		return fmt.Errorf("%s has no lease with id %q (%d holders: see redsem show %s)", name, id, nl.Holders, name)
+	}
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,18 @@ func TestServeBinary(t *testing.T) {
 	if !strings.Contains(name, "worker-1") || !strings.Contains(page, srv.Addr()) || strings.Contains(name, `class="action`) {
 		t.Errorf("name page without its holder, or overview without the address, or with controls:\n%s\n%s", page, name)
 	}
+	for host, want := range map[string]int{"attacker.example": 421, "attacker.example:80": 421, "localhost": 200, "[::1]:7380": 200} {
+		req, _ := http.NewRequest(http.MethodGet, base+"api/overview", nil)
+		req.Host = host // DNS rebinding: another name that points at loopback
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +118,10 @@ func TestServeUsage(t *testing.T) {
 	}{
 		{[]string{"serve", "-actions"}, "", "needs a token"},
 		{[]string{"serve", "-token", "0123456789"}, "", "only for -actions"},
+		{[]string{"serve", "-actions", "-token", "short"}, "", "-token"},
+		{[]string{"serve", "-actions"}, "short", "-token (or $REDSEM_TOKEN)"},
+		{[]string{"serve", "-interval", "3h"}, "", "-interval 3h0m0s"},
+		{[]string{"serve", "-interval", "10ms"}, "", "-interval 10ms"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(append(c.args, "-addr", addr), &out, &errOut, env(c.token))

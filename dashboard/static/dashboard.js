@@ -1,6 +1,6 @@
 // The dashboard's script: fetches the page's live part every interval and
-// swaps it in only when it changed (no reload: no flicker, the scroll
-// stays), draws the charts with uPlot, and sends the actions with the
+// merges what changed into the page (no reload: no flicker, the scroll
+// and a selection stay), draws the charts with uPlot, and sends the actions with the
 // token typed in the header. Nothing is loaded from elsewhere.
 (function () {
   "use strict";
@@ -16,21 +16,52 @@
     token.addEventListener("input", () => sessionStorage.setItem("redsem-token", token.value));
   }
 
-  let lastLive = null;
+  // The live part comes again every interval: not at all when nothing but
+  // the sample time changed (304, by its ETag), else merged into the page
+  // in place, so that the cells that did not change are not touched: no
+  // flicker, the scroll and a selection stay.
+  let lastTag = null;
   async function refreshLive() {
     if (!live) return;
     try {
-      const res = await fetch(live.dataset.src, { cache: "no-store" });
-      if (!res.ok) throw new Error(res.status + " " + res.statusText);
-      const html = await res.text();
-      if (html !== lastLive) {
-        live.innerHTML = html;
-        lastLive = html;
+      const res = await fetch(live.dataset.src, { cache: "no-store", headers: lastTag ? { "If-None-Match": lastTag } : {} });
+      if (res.status === 304) {
+        const at = live.querySelector("time.at");
+        const text = res.headers.get("X-Redsem-Sampled");
+        if (at && text && at.textContent !== text) at.textContent = text;
+      } else if (res.ok) {
+        const t = document.createElement("template");
+        t.innerHTML = await res.text();
+        morph(live, t.content);
+        lastTag = res.headers.get("ETag");
+      } else {
+        throw new Error(res.status + " " + res.statusText);
       }
       live.classList.remove("stale");
     } catch (e) {
       live.classList.add("stale"); // the server is gone: keep what we have
     }
+  }
+
+  // morph makes from's children like to's, changing only what differs.
+  function morph(from, to) {
+    const want = to.childNodes;
+    for (let i = 0; i < want.length; i++) {
+      const n = want[i];
+      const o = from.childNodes[i];
+      if (!o) {
+        from.appendChild(n.cloneNode(true));
+      } else if (o.nodeType !== n.nodeType || o.nodeName !== n.nodeName) {
+        from.replaceChild(n.cloneNode(true), o);
+      } else if (o.nodeType !== 1) {
+        if (o.nodeValue !== n.nodeValue) o.nodeValue = n.nodeValue;
+      } else {
+        for (const a of Array.from(o.attributes)) if (!n.hasAttribute(a.name)) o.removeAttribute(a.name);
+        for (const a of Array.from(n.attributes)) if (o.getAttribute(a.name) !== a.value) o.setAttribute(a.name, a.value);
+        morph(o, n);
+      }
+    }
+    while (from.childNodes.length > want.length) from.removeChild(from.lastChild);
   }
 
   // Each chart: its title, and its series as [label, history field,

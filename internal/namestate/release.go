@@ -16,12 +16,27 @@ const anyLimit = 1 << 40
 // (any more).
 var ErrNoSuchLease = errors.New("no such lease")
 
+// NoLeaseError is Release's error when name has no lease with that id
+// now; it matches ErrNoSuchLease.
+type NoLeaseError struct {
+	Name, ID string
+	Holders  int // the leases name has
+}
+
+func (e *NoLeaseError) Error() string {
+	return fmt.Sprintf("%s has no lease with id %q (%d holders): %v", e.Name, e.ID, e.Holders, ErrNoSuchLease)
+}
+
+// Is makes errors.Is(err, ErrNoSuchLease) hold.
+func (e *NoLeaseError) Is(target error) bool { return target == ErrNoSuchLease }
+
 // Release force-releases the lease of name with that id, by the fencing
 // token Redis lists for it now: a lease that ended or was handed over in
 // between is left alone. Its permits go to the next waiter at once; the
 // holder learns of the loss at its next refresh. It returns the lease it
 // released. A lease that is not there, or that changed hands before the
-// release, gives an error matching ErrNoSuchLease; other errors are the
+// release, gives an error matching ErrNoSuchLease (a *NoLeaseError when
+// it is not there); other errors are the
 // limiter's (an *ArgumentError for a bad name, a Redis failure or ctx's
 // end wrapped: the lease may have been released all the same).
 func Release(ctx context.Context, c *limiter.Client, name, id string) (Holder, error) {
@@ -37,7 +52,7 @@ func Release(ctx context.Context, c *limiter.Client, name, id string) (Holder, e
 	}
 	i := slices.IndexFunc(hs, func(h limiter.Holder) bool { return h.ID == id })
 	if i < 0 {
-		return Holder{}, fmt.Errorf("%s has no lease with id %q (%d holders): %w", name, id, len(hs), ErrNoSuchLease)
+		return Holder{}, &NoLeaseError{Name: name, ID: id, Holders: len(hs)}
 	}
 	h := HolderOf(hs[i])
 	err = sem.ReleaseTicket(ctx, limiter.Ticket{Name: name, ID: id, Weight: h.Weight, Token: h.Token})
