@@ -41,7 +41,9 @@ func defaultConfig() config {
 
 // Interval is how often the sampler reads the known names from Redis, and
 // how often the pages update; at least 50ms. The names are listed (SCAN)
-// every 10 intervals, at least every second and at most every 30s.
+// again every interval, or, where that costs Redis more than a twentieth
+// of its time (a large keyspace), every 20 times what a listing takes,
+// and at least every 30s.
 func Interval(d time.Duration) Option { return func(c *config) { c.interval = d } }
 
 // History is how far back the charts go (in memory, lost on restart); at

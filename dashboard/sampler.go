@@ -62,7 +62,6 @@ var errClosed = errors.New("dashboard closed: no more samples")
 type sampler struct {
 	in        *limiter.Inspector
 	cfg       config
-	listEvery time.Duration
 
 	mu        sync.Mutex                      // one sample at a time; guards what follows
 	prevAt    time.Time                       // of the last good tick
@@ -89,6 +88,7 @@ type sampler struct {
 // so that a read that outlives its sample may keep one.
 type listing struct {
 	at          time.Time       // when Redis was last SCANned (zero: never)
+	took        time.Duration   // how long that listing took
 	names       []string        // sorted, at most MaxNames
 	sem         map[string]bool // the semaphores among names
 	omitted     int
@@ -96,18 +96,28 @@ type listing struct {
 }
 
 func newSampler(in *limiter.Inspector, cfg config) *sampler {
-	s := &sampler{in: in, cfg: cfg, listEvery: listEvery(cfg.interval), hist: map[string]*history{},
+	s := &sampler{in: in, cfg: cfg, hist: map[string]*history{},
 		waits: map[string]map[string]firstSeen{}, lastToken: map[string]int64{}, wanted: map[string]bool{},
 		ready: make(chan struct{})}
 	s.latest.Store(&snapshot{Names: []nameView{}})
 	return s
 }
 
-// listEvery is how often the sampler lists the names (SCANs): every 10
-// intervals, at least every 30s and at most every second.
-func listEvery(interval time.Duration) time.Duration {
-	return min(max(10*interval, time.Second), 30*time.Second)
+// listAgain reports whether the names are to be listed (SCANned) again:
+// every interval while a listing is cheap, so that a new name shows up at
+// once, but never sooner than listShare times what the last one took, so
+// that a large keyspace (SCAN walks every key of the database) costs
+// Redis at most about 1/listShare of its time; and at least every 30s.
+func (s *sampler) listAgain() bool {
+	l := s.names
+	if l.at.IsZero() {
+		return true
+	}
+	return time.Since(l.at) >= min(max(s.cfg.interval, listShare*l.took), 30*time.Second)
 }
+
+// listShare: a listing's cost, spread over the time until the next.
+const listShare = 20
 
 // run samples at once and then every interval until ctx ends.
 func (s *sampler) run(ctx context.Context) {
@@ -176,7 +186,7 @@ func (s *sampler) takeWanted() []string {
 
 // sample reads the names and publishes what it read; on failure the last
 // good names stay, with the error. A tick lists the names again when the
-// listing is listEvery old, and adds a point to each history; an action's
+// listing is old enough (listAgain), and adds a point to each history; an action's
 // sample only shows what the action did. A read that Redis does not
 // answer within the Timeout is left behind (a go-redis client without
 // ContextTimeoutEnabled does not end it): the sample fails, and no other
@@ -194,7 +204,7 @@ func (s *sampler) sample(ctx context.Context, tick bool) {
 			return
 		}
 	}
-	list := tick && (s.names.at.IsZero() || time.Since(s.names.at) >= s.listEvery)
+	list := tick && s.listAgain()
 	names, wanted := s.names, s.takeWanted()
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
@@ -325,7 +335,7 @@ func (s *sampler) list(ctx context.Context) (listing, error) {
 	if err != nil {
 		return listing{}, err
 	}
-	l := listing{at: now, sem: make(map[string]bool, len(sems))}
+	l := listing{at: now, took: time.Since(now), sem: make(map[string]bool, len(sems))}
 	for _, n := range sems {
 		l.sem[n] = true
 	}
@@ -346,7 +356,7 @@ func (l *listing) cut(max int) {
 // with is l with the names of views that it lacks (new: they are not in
 // l, which is not changed), cut at max.
 func (l listing) with(views []nameView, max int) listing {
-	out := listing{at: l.at, sem: make(map[string]bool, len(l.sem)+len(views)), omitted: l.omitted, omittedFrom: l.omittedFrom}
+	out := listing{at: l.at, took: l.took, sem: make(map[string]bool, len(l.sem)+len(views)), omitted: l.omitted, omittedFrom: l.omittedFrom}
 	for n, sem := range l.sem {
 		out.sem[n] = sem
 	}

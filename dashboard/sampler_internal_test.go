@@ -163,3 +163,29 @@ func TestSampleScansOnlyToList(t *testing.T) {
 		t.Error("an action's sample added a point")
 	}
 }
+
+// The names are listed again every interval while a listing is cheap,
+// and no sooner than listShare times what the last one took when it is
+// not (a large keyspace), nor later than 30s.
+func TestListAgainScalesWithTheListingsCost(t *testing.T) {
+	s := &sampler{cfg: config{interval: time.Second}}
+	if !s.listAgain() {
+		t.Fatal("never listed: want a listing")
+	}
+	for _, c := range []struct {
+		took, since time.Duration
+		want        bool
+	}{
+		{time.Millisecond, 900 * time.Millisecond, false},
+		{time.Millisecond, 1100 * time.Millisecond, true}, // cheap: every interval
+		{200 * time.Millisecond, 3 * time.Second, false},  // 230ms for 300k keys
+		{200 * time.Millisecond, 4100 * time.Millisecond, true},
+		{10 * time.Second, 29 * time.Second, false},
+		{10 * time.Second, 31 * time.Second, true}, // at most 30s apart
+	} {
+		s.names = listing{at: time.Now().Add(-c.since), took: c.took}
+		if got := s.listAgain(); got != c.want {
+			t.Errorf("a listing that took %v, %v ago: listAgain %v, want %v", c.took, c.since, got, c.want)
+		}
+	}
+}
