@@ -109,6 +109,7 @@ type nameJSON struct {
 		ID     string `json:"id"`
 		Weight int64  `json:"weight"`
 		AgeMs  int64  `json:"age_ms"`
+		Limit  int64  `json:"limit"`
 	} `json:"waiters"`
 	OldestWaitMs int64 `json:"oldest_wait_ms"`
 }
@@ -132,8 +133,8 @@ func TestNamePage(t *testing.T) {
 	if h.ID != "worker-a" || h.Token != a.Token() || h.Weight != 2 || h.TTLms <= 0 || h.AgeMs == nil || *h.AgeMs > 10_000 {
 		t.Errorf("first holder %+v: want worker-a, token %d, weight 2, a TTL and an age under 10s", h, a.Token())
 	}
-	if n.Waiters[0].Weight != 2 || n.Waiters[1].Weight != 1 || n.Waiters[0].AgeMs < n.Waiters[1].AgeMs {
-		t.Errorf("waiters %+v: want weight 2 then 1, the first waiting longer", n.Waiters)
+	if n.Waiters[0].Weight != 2 || n.Waiters[1].Weight != 1 || n.Waiters[0].AgeMs < n.Waiters[1].AgeMs || n.Waiters[0].Limit != 3 {
+		t.Errorf("waiters %+v: want weight 2 then 1, the first waiting longer, under their own limit 3", n.Waiters)
 	}
 	_, html := f.get(t, "name?name=jobs")
 	for _, want := range []string{"<h1>jobs</h1>", `data-id="worker-a"`, `data-chart="use"`, "static/uPlot.iife.min.js", "nobody waits"} {

@@ -42,6 +42,7 @@ type Waiter struct {
 	ID     string `json:"id"` // the wait id, which is not always the lease id it will get
 	Weight int64  `json:"weight"`
 	TTLms  int64  `json:"ttl_ms"` // until its entry expires unless its Client keeps it alive
+	Limit  int64  `json:"limit"`  // its Semaphore's own limit, which it is served under when no fleet limit is set
 }
 
 // readTries bounds how often Read reads the holders again because the
@@ -108,7 +109,7 @@ func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
 		}
 	}
 	for _, w := range ws {
-		st.Waiters = append(st.Waiters, Waiter{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds()})
+		st.Waiters = append(st.Waiters, Waiter{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds(), Limit: w.Limit})
 	}
 	st.Holders, st.InUse = HoldersOf(hs)
 	return st, nil
