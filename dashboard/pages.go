@@ -21,9 +21,9 @@ var templateFiles embed.FS
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"dur":      durText,
 	"limit":    limitText,
-	"rate":     rateText,
-	"nextFree": nextFreeText,
-	"paused":   pausedText,
+	"rate":     (*namestate.RateJSON).Text,
+	"nextFree": func(ms *int64) string { return namestate.NextFreeText(ms, durText) },
+	"paused":   func(ms int64) string { return namestate.PausedText(ms, durText) },
 	"inc":      func(i int) int { return i + 1 },
 	"share":    func(n int64, f float64) float64 { return float64(n) * f },
 }).ParseFS(templateFiles, "templates/*.html"))
@@ -127,28 +127,4 @@ func limitText(l *int64) string {
 		return "-"
 	}
 	return fmt.Sprint(*l)
-}
-
-func rateText(r *namestate.RateJSON) string {
-	if r == nil {
-		return "-"
-	}
-	return fmt.Sprintf("%d/%s burst %d", r.Events, r.Per, r.Burst)
-}
-
-func nextFreeText(ms *int64) string {
-	switch {
-	case ms == nil:
-		return "-"
-	case *ms == 0:
-		return "now"
-	}
-	return durText(*ms)
-}
-
-func pausedText(ms int64) string {
-	if ms == 0 {
-		return "-"
-	}
-	return durText(ms)
 }

@@ -22,6 +22,9 @@ func limitText(l *int64) string {
 	return strconv.FormatInt(*l, 10)
 }
 
+// noFleetRate is what show and rate say when no fleet rate is set.
+const noFleetRate = "- (no fleet rate: each process uses its own)"
+
 func ttlText(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).String()
 }

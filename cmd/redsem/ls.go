@@ -35,10 +35,10 @@ func writeLs(w io.Writer, entries []namestate.Entry) error {
 	fmt.Fprintln(tw, "NAME\tKIND\tLIMIT\tIN USE\tHOLDERS\tWAITERS\tNEXT FREE\tPAUSED")
 	for _, e := range entries {
 		if e.Kind == namestate.KindRate {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\t%s\n", e.Name, e.Kind, rateText(e.FleetRate), nextFreeText(e.NextFreeMs), pausedText(e.PausedMs))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\t%s\n", e.Name, e.Kind, e.FleetRate.Text(), namestate.NextFreeText(e.NextFreeMs, ttlText), namestate.PausedText(e.PausedMs, ttlText))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t-\t%s\n", e.Name, e.Kind, limitText(e.FleetLimit), e.InUse, e.Holders, e.Waiters, pausedText(e.PausedMs))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t-\t%s\n", e.Name, e.Kind, limitText(e.FleetLimit), e.InUse, e.Holders, e.Waiters, namestate.PausedText(e.PausedMs, ttlText))
 	}
 	return tw.Flush()
 }

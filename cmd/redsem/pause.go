@@ -66,10 +66,10 @@ func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d t
 		return writeJSON(w, r)
 	}
 	if left > d {
-		_, err = fmt.Fprintf(w, "%s: paused for %s: a longer pause stands (pause never shortens one; unpause lifts it)\n", name, pausedText(r.PausedMs))
+		_, err = fmt.Fprintf(w, "%s: paused for %s: a longer pause stands (pause never shortens one; unpause lifts it)\n", name, namestate.PausedText(r.PausedMs, ttlText))
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s: paused for %s\n", name, pausedText(r.PausedMs))
+	_, err = fmt.Fprintf(w, "%s: paused for %s\n", name, namestate.PausedText(r.PausedMs, ttlText))
 	return err
 }
 
@@ -91,6 +91,6 @@ func unpause(ctx context.Context, w io.Writer, c *limiter.Client, name string, a
 		_, err = fmt.Fprintf(w, "%s: was not paused\n", name)
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s: unpaused (%s of its pause were left)\n", name, pausedText(r.WasPausedMs))
+	_, err = fmt.Fprintf(w, "%s: unpaused (%s of its pause were left)\n", name, namestate.PausedText(r.WasPausedMs, ttlText))
 	return err
 }

@@ -92,12 +92,12 @@ func readRateCmd(ctx context.Context, w io.Writer, c *limiter.Client, name strin
 		return writeJSON(w, r)
 	}
 	if r.Fleet {
-		_, err = fmt.Fprintf(w, "%s: rate %s (fleet)\n", name, rateText(r.FleetRate))
+		_, err = fmt.Fprintf(w, "%s: rate %s (fleet)\n", name, r.FleetRate.Text())
 	} else {
 		_, err = fmt.Fprintf(w, "%s: rate %s\n", name, noFleetRate)
 	}
 	if err == nil && r.PausedMs > 0 {
-		_, err = fmt.Fprintf(w, "%s: paused for %s\n", name, pausedText(r.PausedMs))
+		_, err = fmt.Fprintf(w, "%s: paused for %s\n", name, namestate.PausedText(r.PausedMs, ttlText))
 	}
 	return err
 }
@@ -128,9 +128,9 @@ func setRate(ctx context.Context, w io.Writer, c *limiter.Client, name string, r
 		return writeJSON(w, res)
 	}
 	if !res.Fleet {
-		_, err = fmt.Fprintf(w, "%s: fleet rate cleared (was %s): each process uses its own rate again\n", name, rateText(res.Previous))
+		_, err = fmt.Fprintf(w, "%s: fleet rate cleared (was %s): each process uses its own rate again\n", name, res.Previous.Text())
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s: fleet rate %s (was %s)\n", name, rateText(res.FleetRate), rateText(res.Previous))
+	_, err = fmt.Fprintf(w, "%s: fleet rate %s (was %s)\n", name, res.FleetRate.Text(), res.Previous.Text())
 	return err
 }

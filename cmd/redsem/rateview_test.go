@@ -261,7 +261,7 @@ func TestRateViewRoundsUp(t *testing.T) {
 	if v.PausedMs != 1 || v.NextFreeMs == nil || *v.NextFreeMs != 1 {
 		t.Errorf("namestate.RateOf: paused %dms, next free %v; want 1ms each", v.PausedMs, v.NextFreeMs)
 	}
-	if pausedText(v.PausedMs) != "1ms" || nextFreeText(v.NextFreeMs) != "1ms" {
-		t.Errorf("paused %q, next free %q; want 1ms each", pausedText(v.PausedMs), nextFreeText(v.NextFreeMs))
+	if namestate.PausedText(v.PausedMs, ttlText) != "1ms" || namestate.NextFreeText(v.NextFreeMs, ttlText) != "1ms" {
+		t.Errorf("paused %q, next free %q; want 1ms each", namestate.PausedText(v.PausedMs, ttlText), namestate.NextFreeText(v.NextFreeMs, ttlText))
 	}
 }

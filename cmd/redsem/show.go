@@ -58,15 +58,15 @@ func writeState(w io.Writer, st namestate.State) error {
 // writeRate is the rate section of show, after a blank line: the fleet
 // rate, when the next event may go by it, and the pause.
 func writeRate(w io.Writer, v namestate.Rate) {
-	rate := rateText(v.FleetRate) + " (fleet)"
+	rate := v.FleetRate.Text() + " (fleet)"
 	if v.FleetRate == nil {
 		rate = noFleetRate
 	}
-	next := nextFreeText(v.NextFreeMs)
+	next := namestate.NextFreeText(v.NextFreeMs, ttlText)
 	if v.NextFreeMs == nil {
 		next += " (by each process's own rate)"
 	}
 	fmt.Fprintf(w, "\nrate:\t%s\n", rate)
 	fmt.Fprintf(w, "next free:\t%s\n", next)
-	fmt.Fprintf(w, "paused for:\t%s\n", pausedText(v.PausedMs))
+	fmt.Fprintf(w, "paused for:\t%s\n", namestate.PausedText(v.PausedMs, ttlText))
 }

@@ -117,7 +117,7 @@ func changeKey(st namestate.State, err error) string {
 		fmt.Fprintf(&b, "|w %q %d", q.ID, q.Weight)
 	}
 	if st.Rate != nil { // not its times, which count down as TTLs do
-		fmt.Fprintf(&b, "|r %s %v", rateText(st.Rate.FleetRate), st.Rate.PausedMs > 0)
+		fmt.Fprintf(&b, "|r %s %v", st.Rate.FleetRate.Text(), st.Rate.PausedMs > 0)
 	}
 	return b.String()
 }
@@ -157,7 +157,7 @@ func changeLine(name string, st namestate.State, err error, now time.Time) strin
 	}
 	b.WriteString("]")
 	if r := st.Rate; r != nil {
-		fmt.Fprintf(&b, " rate=%s next_free=%s paused=%s", rateLineText(r.FleetRate), nextFreeText(r.NextFreeMs), pausedText(r.PausedMs))
+		fmt.Fprintf(&b, " rate=%s next_free=%s paused=%s", rateLineText(r.FleetRate), namestate.NextFreeText(r.NextFreeMs, ttlText), namestate.PausedText(r.PausedMs, ttlText))
 	}
 	b.WriteString("\n")
 	return b.String()
