@@ -118,7 +118,8 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 	if c.closedErr() != nil {
 		return nil, ErrClosed
 	}
-	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: store.NewKeyspace(cfg.prefix, name, limit)}, nil
+	keys := store.NewKeyspace(cfg.prefix, name, limit)
+	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: keys, wake: keys.WakeChannel(c.id)}, nil
 }
 
 // Mutex returns the mutex named name: a Semaphore of one permit, with the
