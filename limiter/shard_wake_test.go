@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
@@ -173,4 +175,218 @@ func fields(s string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// promptWake bounds a wake-up by pub/sub: the keep-alive, which makes good
+// a lost one, comes about a second (QueueTTL/3) after it.
+const promptWake = 300 * time.Millisecond
+
+// Waiters on names in every shard are woken by the release, not by the
+// keep-alive a second later.
+func TestClusterWakesEveryShardPromptly(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartCluster(t, 3)
+	names := namesInEveryShard(t, ctx, cl.Client(t))
+	holder, waiter := clientFor(t, cl.Client(t)), clientFor(t, cl.Client(t))
+	for range 3 {
+		for _, name := range names {
+			if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+				t.Fatalf("%s: woken %v after the release, want within %v", name, d, promptWake)
+			}
+		}
+	}
+}
+
+// A master failover moves the waiters' subscriptions to the promoted
+// master: a wait across it ends within the keep-alive of the release, and
+// the next is woken promptly again.
+func TestClusterWakesAfterFailover(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	cl := redistest.StartClusterWithReplicas(t, 3)
+	const name = "shard-failover"
+	holder := clientFor(t, cl.Client(t), limiter.TTL(30*time.Second))
+	waiter := clientFor(t, cl.Client(t), limiter.TTL(30*time.Second))
+	if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+		t.Fatalf("before the failover: woken %v after the release", d)
+	}
+	cl.KillMaster(t, keyOf(name, "leases"))
+	redistest.Eventually(t, 30*time.Second, "the promoted master serves the name", func() bool {
+		m, _ := holder.Mutex(name)
+		l, err := m.TryAcquire(ctx)
+		return err == nil && l.Release(ctx) == nil
+	})
+	for i := range 3 {
+		if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+			t.Fatalf("round %d after the failover: woken %v after the release, want within %v", i, d, promptWake)
+		}
+	}
+}
+
+// A slot migrated to another master takes its waiters' subscriptions
+// along (the server SUNSUBSCRIBEs them), waiters queued across it are not
+// stranded, and the next wake-ups are prompt.
+func TestClusterWakesAfterSlotMigration(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartCluster(t, 3)
+	const name = "shard-migrate"
+	holder, waiter := clientFor(t, cl.Client(t)), clientFor(t, cl.Client(t))
+	if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+		t.Fatalf("before the migration: woken %v after the release", d)
+	}
+	hm, _ := holder.Mutex(name)
+	wm, _ := waiter.Mutex(name)
+	l, err := hm.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireLater(t, ctx, wm)
+	waitQueued(t, ctx, hm)
+	cl.MoveSlot(t, keyOf(name, "leases"))
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := (<-got).Sub(released); d > 2*time.Second {
+		t.Fatalf("a wait across the migration ended %v after the release: stranded", d)
+	}
+	for i := range 3 {
+		if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+			t.Fatalf("round %d after the migration: woken %v after the release, want within %v", i, d, promptWake)
+		}
+	}
+}
+
+// A Cluster whose ACL refuses SSUBSCRIBE: the Client falls back to its
+// plain channel, and its waiters are still woken promptly, by PUBLISH.
+func TestClusterWithoutShardPubSubFallsBack(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartCluster(t, 3)
+	for _, s := range cl.Servers() {
+		if err := s.Client(t).Do(ctx, "ACL", "SETUSER", "default", "-ssubscribe").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := namesInEveryShard(t, ctx, cl.Client(t))
+	holder, waiter := clientFor(t, cl.Client(t)), clientFor(t, cl.Client(t))
+	cl.ResetStats(t)
+	for _, name := range names {
+		if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
+			t.Fatalf("%s: woken %v after the release, want within %v", name, d, promptWake)
+		}
+	}
+	if calls := cl.CommandCalls(t); calls["spublish"] != 0 || calls["publish"] == 0 {
+		t.Fatalf("%d SPUBLISH, %d PUBLISH: want the plain channel", calls["spublish"], calls["publish"])
+	}
+}
+
+// wakeLatency has holder hold name and waiter queue for it, and returns
+// how long after the release began the waiter's Acquire returned.
+func wakeLatency(t testing.TB, ctx context.Context, holder, waiter *limiter.Client, name string) time.Duration {
+	t.Helper()
+	hm, _ := holder.Mutex(name)
+	wm, _ := waiter.Mutex(name)
+	l, err := hm.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireLater(t, ctx, wm)
+	waitQueued(t, ctx, hm)
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return (<-got).Sub(released)
+}
+
+// acquireLater acquires m in a goroutine, and sends when it got it (then
+// releases it).
+func acquireLater(t testing.TB, ctx context.Context, m *limiter.Mutex) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := m.Acquire(ctx)
+		at := time.Now()
+		if err != nil {
+			t.Error(err)
+		} else if err := l.Release(ctx); err != nil {
+			t.Error(err)
+		}
+		got <- at
+	}()
+	return got
+}
+
+func waitQueued(t testing.TB, ctx context.Context, m *limiter.Mutex) {
+	t.Helper()
+	redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
+		w, err := limiter.Waiters(ctx, m)
+		return err == nil && len(w) == 1
+	})
+}
+
+// Close ends waits on every shard and their subscriptions, and leaves no
+// goroutine behind.
+func TestClusterCloseEndsShardSubscriptions(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // last: after the Cluster stops
+	ctx := ctxT(t, 60*time.Second)
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	names := namesInEveryShard(t, ctx, cc)
+	holder := clientFor(t, cc)
+	c, err := limiter.New(cl.Client(t), limiter.RestartQuarantine(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, len(names))
+	for _, name := range names {
+		hm, _ := holder.Mutex(name)
+		if _, err := hm.TryAcquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := c.Mutex(name)
+		go func() {
+			_, err := m.Acquire(ctx)
+			ended <- err
+		}()
+		waitQueued(t, ctx, hm)
+	}
+	if n := shardSubscribers(t, ctx, cc); n != int64(len(names)) {
+		t.Fatalf("%d shard channels subscribed for %d names waited on", n, len(names))
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range names {
+		if err := <-ended; !errors.Is(err, limiter.ErrClosed) {
+			t.Fatalf("a wait ended by Close: %v, want ErrClosed", err)
+		}
+	}
+	redistest.Eventually(t, 5*time.Second, "no shard channel subscribed", func() bool {
+		return shardSubscribers(t, ctx, cc) == 0
+	})
+}
+
+// shardSubscribers sums PUBSUB SHARDNUMSUB over the masters' shard
+// channels.
+func shardSubscribers(t testing.TB, ctx context.Context, cc *redis.ClusterClient) int64 {
+	t.Helper()
+	var mu sync.Mutex
+	var n int64
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		chans, err := m.PubSubShardChannels(ctx, "*").Result()
+		if err != nil || len(chans) == 0 {
+			return err
+		}
+		counts, err := m.PubSubShardNumSub(ctx, chans...).Result()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range counts {
+			n += c
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// lingerFor is how long a shard channel stays subscribed after its last
+// lingerFor (shardWakes.linger) is how long a shard channel stays subscribed after its last
 // waiter left: a name waited on again within it costs no SSUBSCRIBE
 // round trip (a wait subscribes before its first attempt), and the
 // channels of names waited on once are unsubscribed after it.
@@ -29,7 +29,7 @@ func (s *Store) ShardWakes(ctx context.Context, spawn func(func()), deliver func
 		return nil
 	}
 	return &shardWakes{cc: cc, ctx: ctx, spawn: spawn, deliver: deliver, resubscribed: resubscribed,
-		subs: map[string]*shardSub{}, conns: map[string]*shardConn{}}
+		linger: lingerFor, subs: map[string]*shardSub{}, conns: map[string]*shardConn{}}
 }
 
 // shardWakes is store.ShardWakes on a go-redis ClusterClient: one PubSub
@@ -42,6 +42,7 @@ type shardWakes struct {
 	spawn        func(func())
 	deliver      func(string)
 	resubscribed func()
+	linger       time.Duration
 
 	mu    sync.Mutex
 	subs  map[string]*shardSub  // the channels wanted, or lingering
@@ -112,11 +113,11 @@ func (w *shardWakes) Drop(channel string) {
 	w.sweep(now)
 }
 
-// sweep unsubscribes the channels nobody waited on for lingerFor. It runs
+// sweep unsubscribes the channels nobody waited on for w.linger. It runs
 // on each Drop: while channels are added (each Add has its Drop), the
 // lingering ones are swept too.
 func (w *shardWakes) sweep(now time.Time) {
-	for len(w.idle) > 0 && now.Sub(w.idle[0].at) >= lingerFor {
+	for len(w.idle) > 0 && now.Sub(w.idle[0].at) >= w.linger {
 		e := w.idle[0]
 		w.idle = w.idle[1:]
 		sub := w.subs[e.channel]
