@@ -178,8 +178,9 @@ func fields(s string) map[string]float64 {
 }
 
 // promptWake bounds a wake-up by pub/sub: the keep-alive, which makes good
-// a lost one, comes about a second (QueueTTL/3) after it.
-const promptWake = 300 * time.Millisecond
+// a lost one, comes about a second (QueueTTL/3) after it. notStranded
+// bounds one the keep-alive made good.
+const promptWake, notStranded = 300 * time.Millisecond, 2 * time.Second
 
 // Waiters on names in every shard are woken by the release, not by the
 // keep-alive a second later.
@@ -198,9 +199,22 @@ func TestClusterWakesEveryShardPromptly(t *testing.T) {
 }
 
 // A master failover moves the waiters' subscriptions to the promoted
-// master: a wait across it ends within the keep-alive of the release, and
-// the next is woken promptly again.
+// master, whether the old one died (its connection breaks) or became a
+// replica (it unsubscribes them; the slot map may name it a while
+// longer): the next waiters are woken promptly again.
 func TestClusterWakesAfterFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failover func(cl *redistest.Cluster, t testing.TB, key string)
+	}{
+		{"killed", func(cl *redistest.Cluster, t testing.TB, key string) { cl.KillMaster(t, key) }},
+		{"manual", func(cl *redistest.Cluster, t testing.TB, key string) { cl.PromoteReplica(t, key) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWakesAfterFailover(t, tc.failover) })
+	}
+}
+
+func testWakesAfterFailover(t *testing.T, failover func(cl *redistest.Cluster, t testing.TB, key string)) {
 	ctx := ctxT(t, 90*time.Second)
 	cl := redistest.StartClusterWithReplicas(t, 3)
 	const name = "shard-failover"
@@ -209,7 +223,7 @@ func TestClusterWakesAfterFailover(t *testing.T) {
 	if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
 		t.Fatalf("before the failover: woken %v after the release", d)
 	}
-	cl.KillMaster(t, keyOf(name, "leases"))
+	failover(cl, t, keyOf(name, "leases"))
 	redistest.Eventually(t, 30*time.Second, "the promoted master serves the name", func() bool {
 		m, _ := holder.Mutex(name)
 		l, err := m.TryAcquire(ctx)
@@ -246,7 +260,7 @@ func TestClusterWakesAfterSlotMigration(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := (<-got).Sub(released); d > 2*time.Second {
+	if d := (<-got).Sub(released); d > notStranded {
 		t.Fatalf("a wait across the migration ended %v after the release: stranded", d)
 	}
 	for i := range 3 {

@@ -103,3 +103,29 @@ func servedBy(reply string, slot int) string {
 	}
 	return ""
 }
+
+// PromoteReplica has the replica of the master serving key's slot take
+// over by CLUSTER FAILOVER (a graceful, manual failover: the old master
+// stays up, as a replica), and returns once the replica says it is the
+// master.
+func (c *Cluster) PromoteReplica(t testing.TB, key string) (promoted *Server) {
+	t.Helper()
+	_, replica, err := c.masterAndReplica(keySlot(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replica.command(time.Second, "CLUSTER", "FAILOVER"); err != nil {
+		t.Fatalf("redistest: %s: CLUSTER FAILOVER: %v", replica.Addr(), err)
+	}
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		info, err := replica.command(time.Second, "INFO", "replication")
+		if err == nil && strings.Contains(info, "role:master") {
+			return replica
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica %s not promoted within %v", replica.Addr(), clusterReadyTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

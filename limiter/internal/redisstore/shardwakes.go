@@ -29,7 +29,8 @@ func (s *Store) ShardWakes(ctx context.Context, spawn func(func()), deliver func
 		return nil
 	}
 	return &shardWakes{cc: cc, ctx: ctx, spawn: spawn, deliver: deliver, resubscribed: resubscribed,
-		linger: lingerFor, subs: map[string]*shardSub{}, conns: map[string]*shardConn{}}
+		linger: lingerFor, subs: map[string]*shardSub{}, conns: map[string]*shardConn{}, again: map[string]bool{},
+		delay: minRetry}
 }
 
 // shardWakes is store.ShardWakes on a go-redis ClusterClient: one PubSub
@@ -48,16 +49,25 @@ type shardWakes struct {
 	subs  map[string]*shardSub  // the channels wanted, or lingering
 	conns map[string]*shardConn // by master address
 	idle  []idleSub             // lingering channels, oldest first
+	// again holds the channels to place again; retrying says its loop
+	// runs, waiting delay between passes: doubled by each pass, reset by
+	// a confirmation, so that a slot map that stays stale (every pass
+	// ends in MOVED) or a master that stays down is not hammered.
+	again    map[string]bool
+	retrying bool
+	delay    time.Duration
 }
 
 // shardSub is one channel.
 type shardSub struct {
-	refs    int
-	conn    *shardConn // where it is asked for; nil while it is placed
-	up      bool       // its master confirmed it
-	wasUp   bool       // it was confirmed before: messages may have been lost
-	err     error      // why the last attempt failed
-	tries   int        // attempts failed in a row: the backoff
+	refs int
+	conn *shardConn // where it is asked for; nil while it is placed
+	up   bool       // its master confirmed it
+	// missed: waiters may have queued while it was not up (it was lost,
+	// or an Add returned its error), so their wake-ups may be lost: when
+	// it is up again, each tries once (resubscribed).
+	missed  bool
+	err     error // why the last attempt failed
 	changed chan struct{}
 	idleAt  time.Time // its last Drop, while refs is 0
 }
@@ -79,7 +89,7 @@ func (w *shardWakes) Add(ctx context.Context, channel string) error {
 	if fresh {
 		sub = &shardSub{changed: make(chan struct{})}
 		w.subs[channel] = sub
-		w.spawn(func() { w.place(channel) })
+		w.spawn(func() { w.place(channel, map[string]error{}) })
 	}
 	sub.refs++
 	if sub.up || errors.Is(sub.err, store.ErrNoShardPubSub) {
@@ -91,12 +101,15 @@ func (w *shardWakes) Add(ctx context.Context, channel string) error {
 	select {
 	case <-changed:
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return context.Cause(ctx) // the caller gives up: nobody queues
 	case <-w.ctx.Done():
 		return w.ctx.Err()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !sub.up {
+		sub.missed = true
+	}
 	return sub.err
 }
 
@@ -132,12 +145,18 @@ func (w *shardWakes) sweep(now time.Time) {
 }
 
 // place asks the master of channel's slot to subscribe it; receive hears
-// the answer.
-func (w *shardWakes) place(channel string) {
+// the answer. unreachable: the masters that failed this pass, not asked
+// again.
+func (w *shardWakes) place(channel string, unreachable map[string]error) {
 	node, err := w.cc.MasterForKey(w.ctx, channel)
 	var c *shardConn
 	if err == nil {
-		c, err = w.connTo(node)
+		addr := node.Options().Addr
+		if err = unreachable[addr]; err == nil {
+			if c, err = w.connTo(node); err != nil {
+				unreachable[addr] = err
+			}
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,6 +185,16 @@ func (w *shardWakes) connTo(node *redis.Client) (*shardConn, error) {
 	if c != nil {
 		return c, nil
 	}
+	// A master just demoted (a manual failover) is one the slot map may
+	// still name for a few hundred ms. It takes an SSUBSCRIBE of its new
+	// master's slots, as a replica, but hears only what reaches it over
+	// the cluster bus, which the new master may not yet send it: the next
+	// wake-up took the keep-alive (~930 ms) rather than <1 ms
+	// (TestClusterWakesAfterFailover/manual). An ACL refusing ROLE
+	// skips the check.
+	if role, err := node.Do(w.ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] != "master" {
+		return nil, fmt.Errorf("%s is a %v, not a master", addr, role[0])
+	}
 	// Connected by a PING rather than by the first SSUBSCRIBE, which
 	// go-redis would send twice (once as its resubscription).
 	ps := node.SSubscribe(w.ctx)
@@ -193,6 +222,7 @@ func (w *shardWakes) failed(channel string, sub *shardSub, err error) {
 	if refusesShards(err) {
 		err = fmt.Errorf("%w: %v", store.ErrNoShardPubSub, err)
 	}
+	sub.missed = sub.missed || sub.up
 	sub.conn, sub.up, sub.err = nil, false, err
 	close(sub.changed)
 	sub.changed = make(chan struct{})
@@ -203,15 +233,44 @@ func (w *shardWakes) failed(channel string, sub *shardSub, err error) {
 	if errors.Is(err, store.ErrNoShardPubSub) {
 		return
 	}
-	delay := min(10*time.Millisecond<<min(sub.tries, 7), time.Second)
-	sub.tries++
-	w.spawn(func() {
+	w.again[channel] = true
+	if !w.retrying {
+		w.retrying = true
+		w.spawn(w.retry)
+	}
+}
+
+const minRetry, maxRetry = 10 * time.Millisecond, time.Second
+
+// retry places the channels in again, in passes on a fresh slot map, until
+// none is left.
+func (w *shardWakes) retry() {
+	for {
+		w.mu.Lock()
+		delay := w.delay
+		w.delay = min(2*w.delay, maxRetry)
+		w.mu.Unlock()
 		sleepCtx(w.ctx, delay)
-		if w.ctx.Err() == nil {
-			w.cc.ReloadState(w.ctx)
-			w.place(channel)
+		if w.ctx.Err() != nil {
+			return
 		}
-	})
+		w.cc.ReloadState(w.ctx)
+		w.mu.Lock()
+		chans := make([]string, 0, len(w.again))
+		for ch := range w.again {
+			chans = append(chans, ch)
+		}
+		clear(w.again)
+		w.retrying = len(chans) > 0
+		w.mu.Unlock()
+		if len(chans) == 0 {
+			return
+		}
+		unreachable := map[string]error{}
+		for _, ch := range chans {
+			w.place(ch, unreachable)
+		}
+	}
 }
 
 // refusesShards: the server does not know SSUBSCRIBE (before Redis 7) or
@@ -250,7 +309,10 @@ func (w *shardWakes) receive(c *shardConn) {
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			w.answered(c, m)
+			if !w.answered(c, m) {
+				w.broken(c, errors.New("the server unsubscribed a channel: its slot moved, or its master is a replica now"))
+				return
+			}
 		case *redis.Message:
 			w.deliver(m.Payload)
 		}
@@ -259,25 +321,29 @@ func (w *shardWakes) receive(c *shardConn) {
 
 // answered takes c's answer to an SSUBSCRIBE, or an SUNSUBSCRIBE: ours
 // (of a channel swept, ignored), or the server's when the channel's slot
-// left the master.
-func (w *shardWakes) answered(c *shardConn, m *redis.Subscription) {
+// left the master, or the master became a replica. It returns false for
+// the server's: c's master is then not to be trusted with any channel.
+func (w *shardWakes) answered(c *shardConn, m *redis.Subscription) bool {
 	w.mu.Lock()
 	sub := w.subs[m.Channel]
 	again := false
 	switch {
 	case sub == nil || sub.conn != c:
 	case m.Kind == "ssubscribe" && !sub.up:
-		again = sub.wasUp
-		sub.up, sub.wasUp, sub.err, sub.tries = true, true, nil, 0
+		again = sub.missed
+		sub.up, sub.missed, sub.err = true, false, nil
+		w.delay = minRetry
 		close(sub.changed)
 		sub.changed = make(chan struct{})
 	case m.Kind == "sunsubscribe" && sub.up:
-		w.failed(m.Channel, sub, errors.New("the server unsubscribed it: its slot moved"))
+		w.mu.Unlock()
+		return false
 	}
 	w.mu.Unlock()
 	if again {
 		w.resubscribed()
 	}
+	return true
 }
 
 // refused takes an error reply on c: to one of the SSUBSCRIBEs awaiting
