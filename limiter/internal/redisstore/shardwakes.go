@@ -21,24 +21,28 @@ const lingerFor = 30 * time.Second
 
 // ShardWakes: on a Cluster a plain PUBLISH is sent over the cluster bus to
 // every node, so each wake-up would cost every master; an SPUBLISH stays
-// in the shard of its channel. Elsewhere a PUBLISH reaches the one server
-// it is sent to (a Redlock node, a Sentinel's master) and Listen serves.
+// in the shard of its channel. On a Ring the script's PUBLISH reaches
+// only the name's shard, so one subscription on one shard missed the
+// others' wake-ups. Elsewhere a PUBLISH reaches the one server it is sent
+// to (a Redlock node, a Sentinel's master) and Listen serves.
 func (s *Store) ShardWakes(ctx context.Context, spawn func(func()), deliver func(string), resubscribed func()) store.ShardWakes {
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if !ok {
+	switch s.rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+	default:
 		return nil
 	}
-	return &shardWakes{cc: cc, ctx: ctx, spawn: spawn, deliver: deliver, resubscribed: resubscribed,
+	return &shardWakes{nodeFor: s.dep.nodeFor, reload: s.dep.reload, ctx: ctx, spawn: spawn, deliver: deliver, resubscribed: resubscribed,
 		linger: lingerFor, subs: map[string]*shardSub{}, conns: map[string]*shardConn{}, again: map[string]bool{},
 		delay: minRetry}
 }
 
-// shardWakes is store.ShardWakes on a go-redis ClusterClient: one PubSub
-// per master, each channel on the master of its slot (as of the last slot
-// map), moved when that master breaks, refuses it (MOVED) or drops it
-// (a migration: the server sends SUNSUBSCRIBE).
+// shardWakes is store.ShardWakes on a go-redis ClusterClient (or Ring):
+// one PubSub per master, each channel on the master of its slot (as of the
+// last slot map), moved when that master breaks, refuses it (MOVED) or
+// drops it (a migration: the server sends SUNSUBSCRIBE).
 type shardWakes struct {
-	cc           *redis.ClusterClient
+	nodeFor      func(ctx context.Context, key string) (*redis.Client, error)
+	reload       func(ctx context.Context) // the slot map (nil: a Ring's is fixed)
 	ctx          context.Context
 	spawn        func(func())
 	deliver      func(string)
@@ -148,7 +152,7 @@ func (w *shardWakes) sweep(now time.Time) {
 // the answer. unreachable: the masters that failed this pass, not asked
 // again.
 func (w *shardWakes) place(channel string, unreachable map[string]error) {
-	node, err := w.cc.MasterForKey(w.ctx, channel)
+	node, err := w.nodeFor(w.ctx, channel)
 	var c *shardConn
 	if err == nil {
 		addr := node.Options().Addr
@@ -254,7 +258,9 @@ func (w *shardWakes) retry() {
 		if w.ctx.Err() != nil {
 			return
 		}
-		w.cc.ReloadState(w.ctx)
+		if w.reload != nil {
+			w.reload(w.ctx)
+		}
 		w.mu.Lock()
 		chans := make([]string, 0, len(w.again))
 		for ch := range w.again {

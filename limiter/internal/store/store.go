@@ -51,9 +51,9 @@ type Store interface {
 	// Listen receives the messages of channel until ctx ends, reconnecting
 	// as needed; subscribed reports every (re)subscription, or failure to.
 	Listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))
-	// ShardWakes returns the shard channel subscriber of a Cluster, whose
-	// wake-ups stay in each name's shard (SSUBSCRIBE, Redis 7), or nil
-	// where they go by Listen. It delivers every message until ctx ends,
+	// ShardWakes returns the shard channel subscriber of a Cluster or a
+	// Ring, whose wake-ups stay in each name's shard (SSUBSCRIBE, Redis
+	// 7), or nil where they go by Listen. It delivers every message until ctx ends,
 	// and calls resubscribed when a channel is subscribed again after a
 	// loss, since a wake-up published meanwhile was missed. spawn runs
 	// the goroutines it needs.
@@ -61,8 +61,8 @@ type Store interface {
 }
 
 // ShardWakes subscribes shard channels (Keyspace.WakeChannel), each on
-// the master of its slot: one connection per master, whatever the number
-// of names. It follows slots that move (a failover, a migration),
+// the master of its slot (or Ring shard): one connection per master,
+// whatever the number of names. It follows slots that move (a failover, a migration),
 // subscribing again where they went.
 type ShardWakes interface {
 	// Add subscribes channel, counting the callers, and returns once it
