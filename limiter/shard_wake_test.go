@@ -47,7 +47,9 @@ func TestClusterWakeStaysInItsShard(t *testing.T) {
 
 // REDSEM_MEASURE_WAKES=1 prints what a contended run on the 3-master
 // Cluster costs Redis per acquisition: CPU summed over the masters, and
-// cluster-bus messages.
+// cluster-bus messages; then, for a run on one name, the CPU of the two
+// masters that do not serve it, which only wake-ups sent over the bus
+// cost anything.
 func TestMeasureClusterWakeCost(t *testing.T) {
 	if os.Getenv("REDSEM_MEASURE_WAKES") == "" {
 		t.Skip("set REDSEM_MEASURE_WAKES=1 to measure")
@@ -57,11 +59,26 @@ func TestMeasureClusterWakeCost(t *testing.T) {
 	cc := cl.Client(t)
 	names := namesInEveryShard(t, ctx, cc)
 	contendAcrossShards(t, ctx, cc, cl.Client(t), names, 2, 5) // scripts loaded, connections made
-	before := busStats(t, ctx, cc)
-	n := contendAcrossShards(t, ctx, cc, cl.Client(t), names, 8, 200)
-	d := busStats(t, ctx, cc).minus(before)
-	t.Logf("%d acquisitions: %.1f µs Redis CPU (sum over masters), %.2f bus messages (%.2f publish) per acquisition",
-		n, d.cpu*1e6/float64(n), float64(d.sent)/float64(n), float64(d.publish)/float64(n))
+	for _, run := range []struct {
+		what  string
+		names []string
+	}{{"3 names, one per shard", names}, {"1 name", names[:1]}} {
+		cl.ResetStats(t)
+		before := busStats(t, ctx, cc)
+		n := contendAcrossShards(t, ctx, cc, cl.Client(t), run.names, 8, 200)
+		d := busStats(t, ctx, cc).minus(before)
+		calls := cl.CommandCalls(t)
+		per := func(v float64) float64 { return v / float64(n) }
+		owner, err := cc.MasterForKey(ctx, keyOf(run.names[0], "leases"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s, %d acquisitions, per acquisition: Redis CPU %.1f µs (sum over masters; %.1f µs on the masters not serving %s), "+
+			"bus messages %.2f (%.2f publish), PUBLISH %.2f, SPUBLISH %.2f, SSUBSCRIBE+SUNSUBSCRIBE %.3f, scripts %.2f",
+			run.what, n, per(d.cpu*1e6), per((d.cpu-d.cpuOf[owner.Options().Addr])*1e6), run.names[0],
+			per(float64(d.sent)), per(float64(d.publish)), per(float64(calls["publish"])),
+			per(float64(calls["spublish"])), per(float64(calls["ssubscribe"]+calls["sunsubscribe"])), per(float64(redistest.Scripts(calls))))
+	}
 }
 
 // namesInEveryShard returns a name served by each master.
@@ -125,20 +142,25 @@ func contendAcrossShards(t testing.TB, ctx context.Context, a, b redis.Universal
 
 // bus is what every node of a Cluster reports, summed.
 type bus struct {
-	cpu     float64 // used_cpu_sys + used_cpu_user, seconds
-	sent    int64   // cluster_stats_messages_sent
-	publish int64   // cluster_stats_messages_publish_sent
-	shard   int64   // cluster_stats_messages_publishshard_sent
+	cpu     float64            // used_cpu_sys + used_cpu_user of the masters, seconds
+	cpuOf   map[string]float64 // the same by master address
+	sent    int64              // cluster_stats_messages_sent
+	publish int64              // cluster_stats_messages_publish_sent
+	shard   int64              // cluster_stats_messages_publishshard_sent
 }
 
 func (b bus) minus(o bus) bus {
-	return bus{b.cpu - o.cpu, b.sent - o.sent, b.publish - o.publish, b.shard - o.shard}
+	d := bus{b.cpu - o.cpu, map[string]float64{}, b.sent - o.sent, b.publish - o.publish, b.shard - o.shard}
+	for addr, cpu := range b.cpuOf {
+		d.cpuOf[addr] = cpu - o.cpuOf[addr]
+	}
+	return d
 }
 
 func busStats(t testing.TB, ctx context.Context, cc *redis.ClusterClient) bus {
 	t.Helper()
 	var mu sync.Mutex
-	var sum bus
+	sum := bus{cpuOf: map[string]float64{}}
 	err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "cpu").Result()
 		if err != nil {
@@ -156,6 +178,7 @@ func busStats(t testing.TB, ctx context.Context, cc *redis.ClusterClient) bus {
 		sum.shard += int64(f["cluster_stats_messages_publishshard_sent"])
 		if m, _ := c.Do(ctx, "ROLE").Slice(); len(m) > 0 && m[0] == "master" {
 			sum.cpu += f["used_cpu_sys"] + f["used_cpu_user"]
+			sum.cpuOf[c.Options().Addr] = f["used_cpu_sys"] + f["used_cpu_user"]
 		}
 		return nil
 	})
