@@ -93,10 +93,10 @@ const (
 
 // join registers the waiter, once its wake channel is readied (shard: see
 // hub.ready) and before its first attempt, so that a wake-up arriving
-// before that attempt's reply is kept: registered earlier, it would take
-// the signal every waiter gets when the subscription first comes up for
-// a lost wake-up, and try twice. A release may grant the
-// lease to this waiter directly when the lease id is the wait id and the
+// before that attempt's reply is kept (registered earlier, it would take
+// the signal every waiter gets when the subscription first comes up, for
+// a lost wake-up, and try twice). A release may grant the lease to this
+// waiter directly when the lease id is the wait id and the
 // refresher will extend the shorter life such a grant has (see
 // takeGrant). A TTL shorter than the queue entry's would often end before
 // the grant arrived, since the waiter's keep-alives are QueueTTL/3 apart.

@@ -22,14 +22,14 @@ import (
 // number of names it waits on), but on a Cluster with sharded pub/sub,
 // where a PUBLISH would reach every node, and on a Ring, where it would
 // reach only the name's shard: there each name has its own channel in its
-// shard (store.Keyspace.WakeChannel), subscribed while the
-// Client waits on the name (store.ShardWakes), and the scripts SPUBLISH to
-// it (common.lua's pass_on tells the two kinds by the name's '{').
+// shard (store.Keyspace.WakeChannel), subscribed while the Client waits
+// on the name (store.ShardWakes), and the scripts SPUBLISH to it
+// (common.lua's pass_on tells the two kinds by the name's '{').
 type hub struct {
 	c *Client
 	// shards subscribes the names' channels (nil: neither a Cluster nor a
-	// Ring); noShards
-	// is set once the servers refused it, for the Client's life.
+	// Ring); noShards is set once the servers refused it, for the
+	// Client's life.
 	shards   store.ShardWakes
 	noShards atomic.Bool
 
