@@ -19,9 +19,9 @@ import (
 
 // Client owns everything of redsem that outlives one call, for one Redis
 // deployment (or one Redlock node set): the refresher that keeps its
-// leases and queue entries alive, the one pub/sub subscription (one
-// connection per node) that delivers wake-ups for every name it waits on,
-// and the leases it holds. Semaphores and mutexes made from it are cheap
+// leases and queue entries alive, the pub/sub subscription that delivers
+// wake-ups for every name it waits on (one connection per node, or per
+// master of a Cluster: see the package doc), and the leases it holds. Semaphores and mutexes made from it are cheap
 // values. Make one per deployment and process, and Close it when done.
 // A Client is safe for concurrent use.
 type Client struct {
@@ -29,7 +29,7 @@ type Client struct {
 	cfg     config        // defaults of its semaphores
 	id      string        // owner of its leases in Redis
 	seq     atomic.Uint64 // numbers the ids it makes up (newID)
-	channel string        // where releases wake its waiters
+	channel string        // where releases wake its waiters (but see hub)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -118,7 +118,8 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 	if c.closedErr() != nil {
 		return nil, ErrClosed
 	}
-	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: store.NewKeyspace(cfg.prefix, name, limit)}, nil
+	keys := store.NewKeyspace(cfg.prefix, name, limit)
+	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: keys, wake: keys.WakeChannel(c.id)}, nil
 }
 
 // Mutex returns the mutex named name: a Semaphore of one permit, with the

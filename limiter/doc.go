@@ -2,9 +2,9 @@
 //
 // Make one Client per Redis deployment (New) or per set of independent
 // nodes (NewRedlock) and process, and Close it when done: it owns the
-// keep-alive of every lease and queue entry, the one pub/sub subscription
-// (one connection per node) that delivers wake-ups for every name it waits
-// on, and the leases it holds. A Semaphore named N with limit L, made by
+// keep-alive of every lease and queue entry, the pub/sub subscription that
+// delivers wake-ups for every name it waits on (one connection per node,
+// or per master of a Cluster), and the leases it holds. A Semaphore named N with limit L, made by
 // Client.Semaphore, lets at most L permits be held at once by every process
 // that uses the same Redis and name; a Mutex is a Semaphore of one permit.
 // Each acquisition is a Lease: an id, a weight (permits), a fencing token
@@ -104,8 +104,12 @@
 //
 // Any redis.UniversalClient: a single node, a Sentinel failover client, or
 // a Cluster client (all keys of a name share one hash tag, even when the
-// name contains braces; wake-ups use plain PUBLISH, which a Cluster
-// forwards to every node, so one connection hears all). Redis failover can
+// name contains braces). On a Cluster of Redis 7 or later, wake-ups stay
+// in the shard of their name (SPUBLISH to a channel with the name's hash
+// tag, which the waiting Client subscribes with SSUBSCRIBE while it waits
+// on the name, and a while after): a plain PUBLISH would reach every node.
+// Where the servers refuse SSUBSCRIBE (before Redis 7, or an ACL) the
+// Client falls back to one plain channel, as elsewhere. Redis failover can
 // lose recently written leases (replication is asynchronous); where that
 // matters, WaitReplicas has grants and refreshes confirmed by replicas
 // (see there for what it leaves possible), or use a quorum of independent

@@ -63,9 +63,9 @@ func TestOneWakePerRelease(t *testing.T) {
 	calls := srv.CommandCalls(t)
 	// Scripts: the release, the head's acquire, and at most one keep-alive
 	// per Client that happened to fall due meanwhile.
-	if calls["publish"] > 1 || redistest.Scripts(calls) > 2+clients {
+	if redistest.Publishes(calls) > 1 || redistest.Scripts(calls) > 2+clients {
 		t.Fatalf("one release with %d waiters: %d PUBLISH, %d script calls; want 1 and 2 (release, the head's acquire) plus keep-alives",
-			clients*perClient, calls["publish"], redistest.Scripts(calls))
+			clients*perClient, redistest.Publishes(calls), redistest.Scripts(calls))
 	}
 	// Drain: each release grants exactly the next waiter.
 	for range clients*perClient - 1 {

@@ -179,7 +179,7 @@ func (i *Inspector) SetLimit(ctx context.Context, name string, n int64) error {
 	if n < 0 || n > maxLimit {
 		return argError("n", n, fmt.Sprintf("must be between 0 (clear) and %d", int64(maxLimit)))
 	}
-	woken, err := i.c.st.SetLimit(ctx, k, n, i.c.channel, i.c.cfg.ttl)
+	woken, err := i.c.st.SetLimit(ctx, k, n, i.c.hub.channel(k.WakeChannel(i.c.id)), i.c.cfg.ttl)
 	i.c.hub.wake(woken)
 	if err != nil {
 		return redisError("set limit", name, err)

@@ -50,7 +50,8 @@ func (i *Inspector) pause(ctx context.Context, name string, d time.Duration) (ti
 	if err != nil {
 		return 0, err
 	}
-	left, woken, err := st.Pause(ctx, store.NewKeyspace(i.c.cfg.prefix, name, 1), d, i.c.channel)
+	k := store.NewKeyspace(i.c.cfg.prefix, name, 1)
+	left, woken, err := st.Pause(ctx, k, d, i.c.hub.channel(k.WakeChannel(i.c.id)))
 	i.c.hub.wake(woken)
 	if err != nil {
 		return 0, redisError("pause", name, err)

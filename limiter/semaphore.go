@@ -28,6 +28,7 @@ type Semaphore struct {
 	limit int64
 	cfg   config
 	keys  store.Keyspace
+	wake  string // its shard channel (see hub)
 }
 
 // Name returns the semaphore's name.
@@ -40,7 +41,7 @@ func (s *Semaphore) Limit() int64 { return s.limit }
 // request checks one acquisition's arguments and returns its request and
 // how long Acquire may wait (AcquireTimeout, or MaxWait's).
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.AcquireRequest, time.Duration, error) {
-	r := store.AcquireRequest{Limit: s.limit, Weight: 1, TTL: s.cfg.ttl, Owner: s.c.id, Channel: s.c.channel,
+	r := store.AcquireRequest{Limit: s.limit, Weight: 1, TTL: s.cfg.ttl, Owner: s.c.id, Channel: s.c.hub.channel(s.wake),
 		Quarantine: s.cfg.quarantine, Replicas: s.cfg.replicas}
 	bound := s.cfg.acquireTimeout
 	if len(opts) > 0 {
@@ -212,7 +213,7 @@ func (s *Semaphore) forget(id, token string) {
 // the lease had not expired (a Lease within its local deadline), so
 // Redis need not check.
 func (s *Semaphore) release(ctx context.Context, id, token string, live bool) (int64, error) {
-	rep, err := s.c.st.Release(ctx, s.keys, store.ReleaseRequest{ID: id, Token: token, Channel: s.c.channel, Wake: true, Check: !live})
+	rep, err := s.c.st.Release(ctx, s.keys, store.ReleaseRequest{ID: id, Token: token, Channel: s.c.hub.channel(s.wake), Wake: true, Check: !live})
 	s.c.hub.wake(rep.Woken)
 	return rep.Freed, err
 }

@@ -60,15 +60,16 @@ func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, bound time
 		wt.attemptCtx, cancelAttempt = context.WithTimeoutCause(ctx, bound+s.cfg.nodeWait(), errAcquireTimeout)
 		defer cancelAttempt()
 	}
-	if err := s.c.hub.ready(wt.attemptCtx); err != nil {
+	shard, err := s.c.hub.ready(wt.attemptCtx, s)
+	wt.join(shard)
+	defer wt.finish()
+	if err != nil {
 		if wt.attemptCtx.Err() != nil || errors.Is(err, ErrClosed) {
 			return nil, wt.gaveUp(err)
 		}
 		wt.subscribed = false
 		s.cfg.logger.Warn("redsem: cannot subscribe for wake-ups; waiting on timers", "name", s.name, "err", err)
 	}
-	wt.join()
-	defer wt.finish()
 	for {
 		l, err, next := wt.try()
 		if next == retry {
@@ -92,22 +93,25 @@ const (
 	retry             // try again now
 )
 
-// join registers the waiter, before its first attempt, so that a wake-up
-// arriving before that attempt's reply is kept. A release may grant the
-// lease to this waiter directly when the lease id is the wait id and the
+// join registers the waiter, once its wake channel is readied (shard: see
+// hub.ready) and before its first attempt, so that a wake-up arriving
+// before that attempt's reply is kept (registered earlier, it would take
+// the signal every waiter gets when the subscription first comes up, for
+// a lost wake-up, and try twice). A release may grant the lease to this
+// waiter directly when the lease id is the wait id and the
 // refresher will extend the shorter life such a grant has (see
 // takeGrant). A TTL shorter than the queue entry's would often end before
 // the grant arrived, since the waiter's keep-alives are QueueTTL/3 apart.
 // With WaitReplicas the waiter acquires itself: a grant made by another
 // Client's release is one it cannot confirm on the replicas.
-func (wt *waiting) join() {
+func (wt *waiting) join(shard string) {
 	s, c := wt.s, wt.s.c
 	waitID := wt.r.ID // made up, so unique; a given id may be asked for twice
 	if wt.r.IDGiven {
 		waitID = c.newID()
 	}
-	wt.w = c.hub.join(s, waitID)
-	wt.r.Wait = wt.w.id
+	wt.w = c.hub.join(s, waitID, shard)
+	wt.r.Wait, wt.r.Channel = wt.w.id, wt.w.channel()
 	wt.r.DirectGrant = !wt.r.IDGiven && s.cfg.refresh > 0 && s.cfg.ttl >= store.QueueTTL && c.st.GrantsDirectly() && !s.cfg.replicas.On()
 }
 
@@ -284,7 +288,7 @@ func (s *Semaphore) pause(ctx context.Context, d time.Duration) bool {
 func (s *Semaphore) leave(wait string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.releaseTimeout)
 	defer cancel()
-	woken, err := bounded(s.c, ctx, func() ([]string, error) { return s.c.st.Leave(ctx, s.keys, wait, s.c.channel) })
+	woken, err := bounded(s.c, ctx, func() ([]string, error) { return s.c.st.Leave(ctx, s.keys, wait, s.c.hub.channel(s.wake)) })
 	if err != nil {
 		// The entry expires by itself within QueueTTL.
 		s.cfg.logger.Debug("redsem: leaving the queue failed", "name", s.name, "err", err)

@@ -2,20 +2,36 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/redsem/redsem/limiter/internal/store"
 )
 
 // hub delivers wake-ups to this Client's waiters. A release in any process
 // publishes the ids of the queued waiters it now has room for on the wake
-// channel of each one's Client, so a Client needs one subscription (one
-// connection per node) whatever the number of names it waits on, and a
-// release wakes only those who can now be granted. A message "id token"
-// says the release granted the waiter its lease (a direct grant).
+// channel each one queued with, so a release wakes only those who can now
+// be granted. A message "id token" says the release granted the waiter its
+// lease (a direct grant).
+//
+// The channel is the Client's one channel (one subscription whatever the
+// number of names it waits on), but on a Cluster with sharded pub/sub,
+// where a PUBLISH would reach every node, and on a Ring, where it would
+// reach only the name's shard: there each name has its own channel in its
+// shard (store.Keyspace.WakeChannel), subscribed while the Client waits
+// on the name (store.ShardWakes), and the scripts SPUBLISH to it
+// (common.lua's pass_on tells the two kinds by the name's '{').
 type hub struct {
 	c *Client
+	// shards subscribes the names' channels (nil: neither a Cluster nor a
+	// Ring); noShards is set once the servers refused it, for the
+	// Client's life.
+	shards   store.ShardWakes
+	noShards atomic.Bool
 
 	mu         sync.Mutex
 	waiters    map[string]*waiter
@@ -27,10 +43,11 @@ type hub struct {
 
 // waiter is one Acquire waiting in a queue.
 type waiter struct {
-	id   string // its queue entry, unique across processes
-	sem  *Semaphore
-	hub  *hub
-	wake chan struct{}
+	id    string // its queue entry, unique across processes
+	sem   *Semaphore
+	hub   *hub
+	wake  chan struct{}
+	shard string // the shard channel it was readied on, dropped on leave
 
 	mu sync.Mutex
 	// granted is the token of the lease a release granted it ("": none).
@@ -46,13 +63,54 @@ type waiter struct {
 }
 
 func newHub(c *Client) *hub {
-	return &hub{c: c, waiters: map[string]*waiter{}, changed: make(chan struct{})}
+	h := &hub{c: c, waiters: map[string]*waiter{}, changed: make(chan struct{})}
+	h.shards = c.st.ShardWakes(c.ctx, c.spawn, h.deliver, h.signalAll)
+	return h
 }
 
-// ready returns once the wake channel is subscribed: no wake-up published
-// after that can be missed. It starts the subscription on first use and
-// returns the error of the next attempt when it is down.
-func (h *hub) ready(ctx context.Context) error {
+// channel is where releases wake this Client's waiters on the semaphore
+// whose shard channel is shard.
+func (h *hub) channel(shard string) string {
+	if h.shards == nil || h.noShards.Load() {
+		return h.c.channel
+	}
+	return shard
+}
+
+// ready returns once the wake channel of s's waiters is subscribed: no
+// wake-up published after that can be missed. It returns the shard
+// channel it added ("": the Client's one channel), which the waiter joined
+// with it drops when it leaves, whatever the error: that of the next
+// attempt when the subscription is down, ErrClosed once the Client
+// closed, ctx's cause when ctx ends first. Where the servers refuse
+// sharded pub/sub, the Client falls back to its one channel.
+func (h *hub) ready(ctx context.Context, s *Semaphore) (shard string, err error) {
+	if ch := h.channel(s.wake); ch != h.c.channel {
+		err := h.shards.Add(ctx, ch)
+		switch {
+		case h.c.ctx.Err() != nil:
+			return ch, ErrClosed
+		case !errors.Is(err, store.ErrNoShardPubSub):
+			return ch, err
+		}
+		h.noShards.Store(true)
+		h.shards.Drop(ch)
+		s.cfg.logger.Info("redsem: sharded pub/sub refused; wake-ups go by plain PUBLISH", "err", err)
+	}
+	return "", h.readyOne(ctx)
+}
+
+// channel is where releases wake w: the channel it was readied on.
+func (w *waiter) channel() string {
+	if w.shard != "" {
+		return w.shard
+	}
+	return w.hub.c.channel
+}
+
+// readyOne readies the Client's one channel: it starts the subscription
+// on first use.
+func (h *hub) readyOne(ctx context.Context) error {
 	h.mu.Lock()
 	if h.subscribed {
 		h.mu.Unlock()
@@ -89,9 +147,21 @@ func (h *hub) outcome(err error) {
 	close(h.changed)
 	h.changed = make(chan struct{})
 	if err == nil && !was {
-		for _, w := range h.waiters {
-			w.signal()
-		}
+		h.signalAllLocked()
+	}
+}
+
+// signalAll has every waiter try once: a wake-up published while a
+// subscription was down is lost.
+func (h *hub) signalAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.signalAllLocked()
+}
+
+func (h *hub) signalAllLocked() {
+	for _, w := range h.waiters {
+		w.signal()
 	}
 }
 
@@ -123,11 +193,12 @@ func (h *hub) wake(msgs []string) {
 	}
 }
 
-// join registers a waiter before its first attempt, so a wake-up that
-// arrives before the attempt's reply is kept. id must be unique across
-// processes: a random lease id serves. The waiter leaves with leave.
-func (h *hub) join(s *Semaphore, id string) *waiter {
-	w := &waiter{id: id, sem: s, hub: h, wake: make(chan struct{}, 1)}
+// join registers a waiter, readied on shard (see ready), before its
+// first attempt, so a wake-up that arrives before the attempt's reply is
+// kept. id must be unique across processes: a random lease id serves.
+// The waiter leaves with leave.
+func (h *hub) join(s *Semaphore, id, shard string) *waiter {
+	w := &waiter{id: id, sem: s, hub: h, wake: make(chan struct{}, 1), shard: shard}
 	h.mu.Lock()
 	h.waiters[w.id] = w
 	h.mu.Unlock()
@@ -145,6 +216,9 @@ func (w *waiter) leave() {
 	w.hub.mu.Lock()
 	delete(w.hub.waiters, w.id)
 	w.hub.mu.Unlock()
+	if w.shard != "" {
+		w.hub.shards.Drop(w.shard)
+	}
 }
 
 // queued records that Redis answered a request sent at sent with the

@@ -40,6 +40,12 @@ func Scripts(calls map[string]int64) int64 {
 	return calls["eval"] + calls["evalsha"] + calls["fcall"]
 }
 
+// Publishes sums the wake-ups in calls (from CommandCalls): PUBLISH, and
+// SPUBLISH (a Cluster's shard channels).
+func Publishes(calls map[string]int64) int64 {
+	return calls["publish"] + calls["spublish"]
+}
+
 // ResetStats clears the server's statistics (CONFIG RESETSTAT) so a test
 // can count calls from a known zero point.
 func (s *Server) ResetStats(t testing.TB) {

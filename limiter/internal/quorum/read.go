@@ -123,6 +123,12 @@ func (q *Store) Evicting(ctx context.Context, checked *store.NodeSet) (string, e
 	return strings.Join(found, "; "), errors.Join(errs...)
 }
 
+// ShardWakes: none. The nodes are independent deployments, each woken by
+// its own plain PUBLISH, which no cluster bus carries further.
+func (q *Store) ShardWakes(context.Context, func(func()), func(string), func()) store.ShardWakes {
+	return nil
+}
+
 // Listen subscribes on every node (one connection each): every node that
 // held a lease wakes its waiters, and a waiter's channel of wake-ups
 // collapses the repeats. The subscription counts as up while any node's

@@ -364,7 +364,10 @@ local function pass_on(now_ms, free, own, limit, g)
     if msg and channel == own then
       mine[#mine + 1] = msg
     elseif msg then
-      redis.call('PUBLISH', channel, msg)
+      -- A channel with the name's hash tag is the waiter's shard channel
+      -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
+      -- the message in this shard, where a PUBLISH reaches every node.
+      redis.call(string.find(channel, '{', 1, true) and 'SPUBLISH' or 'PUBLISH', channel, msg)
     end
   end
   if #marks > 0 then

@@ -35,6 +35,18 @@ func NewKeyspace(prefix, name string, limit int64) Keyspace {
 	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3]}, Limit: limit}
 }
 
+// WakeChannel is the shard channel on which releases of this semaphore
+// wake the waiters of the Client owner. It carries the name's hash tag:
+// Redis checks a shard channel's slot as a key's, so a script on the
+// name's keys may SPUBLISH it, and the message stays in the name's shard.
+// The owner is its last part (common.lua's owner_of), as in the Client's
+// plain channel, which has no '{' (a prefix may not): the scripts tell the
+// two apart by that.
+func (k Keyspace) WakeChannel(owner string) string {
+	tag := k.Keys[0][:strings.IndexByte(k.Keys[0], '}')+1]
+	return tag + ":wake:" + owner
+}
+
 // StatePattern is the SCAN pattern of the state keys under prefix, of
 // every name: the prefix is escaped so that its glob characters match
 // only themselves, and no caller's glob goes in, since Redis would match

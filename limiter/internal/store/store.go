@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -50,4 +51,34 @@ type Store interface {
 	// Listen receives the messages of channel until ctx ends, reconnecting
 	// as needed; subscribed reports every (re)subscription, or failure to.
 	Listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))
+	// ShardWakes returns the shard channel subscriber of a Cluster or a
+	// Ring, whose wake-ups stay in each name's shard (SSUBSCRIBE, Redis
+	// 7), or nil where they go by Listen. It delivers every message until ctx ends,
+	// and calls resubscribed when a channel is subscribed again after a
+	// loss, since a wake-up published meanwhile was missed. spawn runs
+	// the goroutines it needs.
+	ShardWakes(ctx context.Context, spawn func(func()), deliver func(payload string), resubscribed func()) ShardWakes
 }
+
+// ShardWakes subscribes shard channels (Keyspace.WakeChannel), each on
+// the master of its slot (or Ring shard): one connection per master,
+// whatever the number of names. It follows slots that move (a failover, a migration),
+// subscribing again where they went.
+type ShardWakes interface {
+	// Add subscribes channel, counting the callers, and returns once it
+	// is subscribed, or with the error of the attempt (which is tried
+	// again in the background while the channel is wanted), or when ctx
+	// ends. ErrNoShardPubSub: the server refused SSUBSCRIBE (before Redis
+	// 7, or an ACL), and will refuse again. Each Add, whatever it
+	// returned, is undone by one Drop.
+	Add(ctx context.Context, channel string) error
+	// Drop undoes an Add. The channel is unsubscribed a while after its
+	// last Drop, so that a name waited on again soon costs no
+	// SSUBSCRIBE, and one waited on once costs no connection state for
+	// ever.
+	Drop(channel string)
+}
+
+// ErrNoShardPubSub says the server refused SSUBSCRIBE: wake-ups go by
+// plain pub/sub instead.
+var ErrNoShardPubSub = errors.New("sharded pub/sub refused")
