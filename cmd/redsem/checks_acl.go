@@ -52,7 +52,13 @@ func aclCommands(env checkEnv) []aclCommand {
 		cs = append(cs, aclCommand{name: "wait", args: []string{"wait", "1", "0"}})
 	}
 	if env.kind == "cluster" {
-		cs = append(cs, aclCommand{name: "cluster|slots", args: []string{"cluster", "slots"}})
+		// Wake-ups stay in the name's shard (sharded pub/sub); a Client
+		// refused SSUBSCRIBE falls back to plain channels, but a release
+		// refused SPUBLISH fails.
+		shardCh := key + ":wake:doctor"
+		cs = append(cs, aclCommand{name: "cluster|slots", args: []string{"cluster", "slots"}},
+			aclCommand{name: "ssubscribe", args: []string{"ssubscribe", shardCh}, optional: true},
+			aclCommand{name: "spublish", args: []string{"spublish", shardCh, "m"}})
 	}
 	return cs
 }
