@@ -117,7 +117,9 @@ local function with_expiry(v, exp)
 end
 
 -- The Client a wake channel belongs to: the channel's last part (it is
--- "<prefix>wake:<client id>", made by limiter.newClient).
+-- "<prefix>wake:<client id>", made by limiter.newClient, or on a Cluster
+-- or Ring the name's "<prefix>{<name>}:wake:<client id>", made by
+-- store.Keyspace.WakeChannel).
 local function owner_of(channel)
   return string.match(channel, '([^:]*)$')
 end
