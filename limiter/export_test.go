@@ -108,3 +108,7 @@ func inspectorOf(s interface{ Name() string }) *Inspector {
 	}
 	panic("not a Semaphore or Mutex")
 }
+
+// SetShardWakes replaces the hub's shard subscriber (a test plays one
+// whose placement fails).
+func SetShardWakes(c *Client, sw store.ShardWakes) { c.hub.shards = sw }

@@ -90,8 +90,15 @@ func (h *hub) ready(ctx context.Context, s *Semaphore) (shard string, err error)
 		switch {
 		case h.c.ctx.Err() != nil:
 			return ch, ErrClosed
+		case err == nil:
+			return ch, nil
 		case !errors.Is(err, store.ErrNoShardPubSub):
-			return ch, err
+			// Not placed now (the shard's master unreachable, a stale
+			// slot map): this wait goes by the Client's one channel, which
+			// every server can publish to, not by a shard channel that a
+			// release may be unable to SPUBLISH or nobody hears.
+			h.shards.Drop(ch)
+			return "", h.readyOne(ctx)
 		}
 		h.noShards.Store(true)
 		h.shards.Drop(ch)

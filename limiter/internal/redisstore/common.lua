@@ -100,6 +100,7 @@ end
 -- channel, and its own limit (a string).
 local function parse_waiter(v)
   local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+  if not w then return nil end -- another version's record: walk_queue drops it
   return w + 0, exp + 0, ttl + 0, channel, limit
 end
 
@@ -369,7 +370,14 @@ local function pass_on(now_ms, free, own, limit, g)
       -- A channel with the name's hash tag is the waiter's shard channel
       -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
       -- the message in this shard, where a PUBLISH reaches every node.
-      redis.call(string.find(channel, '{', 1, true) and 'SPUBLISH' or 'PUBLISH', channel, msg)
+      -- pcall: a server without SPUBLISH (or a user refused it) must not
+      -- abort the release half done; the waiter's keep-alive tells it
+      -- its turn instead.
+      if string.find(channel, '{', 1, true) then
+        redis.pcall('SPUBLISH', channel, msg)
+      else
+        redis.call('PUBLISH', channel, msg)
+      end
     end
   end
   if #marks > 0 then

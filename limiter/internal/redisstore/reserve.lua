@@ -52,9 +52,10 @@ local max_wait = ARGV[4] + 0
 if max_wait >= 0 and wait > max_wait then
   return {0, ceil(wait), paused > now and 1 or 0}
 end
+-- fmt, not a number to redis.call: Redis 7.2.0-7.2.4 wrote those in
+-- exponent form, which unreserve.lua's compare would not match.
 local nxt = ceil(tat + n * T)
--- A number passed to redis.call is written with "%.17g": whole µs below
--- 1e17 come out as fmt writes them, so unreserve.lua's compare holds.
-redis.call('SET', KEYS[1], nxt, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
+local nxt_s = fmt(nxt)
+redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
 if wait == 0 then return 1 end
-return {1, ceil(wait), fmt(tat), fmt(nxt)}
+return {1, ceil(wait), fmt(tat), nxt_s}

@@ -125,11 +125,21 @@ func (s *Store) loadFunctions(ctx context.Context, callErr error, loads uint64) 
 	case isRefused(err):
 		s.functionsOff.Store(math.MaxInt64)
 	case errors.As(err, &answered):
-		s.functionsOff.Store(time.Now().Add(loadRetry).UnixNano())
+		s.functionsOffUntil(time.Now().Add(loadRetry).UnixNano())
+	case err == nil:
+		s.functionsOffUntil(0)
 	}
 	s.loaded.Store(err == nil)
 	s.loads.Add(1)
 	return err == nil
+}
+
+// functionsOffUntil sets functionsOff to t (Unix ns; 0: FCALL again)
+// unless a refusal set it for ever.
+func (s *Store) functionsOffUntil(t int64) {
+	if old := s.functionsOff.Load(); old != math.MaxInt64 {
+		s.functionsOff.CompareAndSwap(old, t)
+	}
 }
 
 // loadRetry is how long calls go by EVALSHA after the server answered a

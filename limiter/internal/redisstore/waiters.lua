@@ -11,7 +11,7 @@ local vals = redis.call('HMGET', KEYS[2], unpack(fields))
 for i = 1, #ids do
   if vals[i] then
     local w, exp, _, _, limit = parse_waiter(vals[i])
-    if exp > now_ms then
+    if exp and exp > now_ms then
       out[#out + 1] = ids[i]
       out[#out + 1] = w
       out[#out + 1] = exp - now_ms
