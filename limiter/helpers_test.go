@@ -180,3 +180,37 @@ func newRedlockMutex(t testing.TB, nodes []redis.UniversalClient, name string, o
 	}
 	return c.Mutex(name)
 }
+
+// acquirer is what churn drives: a Semaphore or a Mutex.
+type acquirer interface {
+	Acquire(ctx context.Context, opts ...limiter.AcquireOption) (*limiter.Lease, error)
+}
+
+// churn runs per goroutines on each of acquirers, each acquiring,
+// holding 1ms and releasing rounds times, and waits for them all; an
+// error fails t.
+func churn(t testing.TB, ctx context.Context, acquirers []acquirer, per, rounds int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, a := range acquirers {
+		for range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					l, err := a.Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}

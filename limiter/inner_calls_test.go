@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -243,7 +242,7 @@ func TestReleaseBehindALongQueueIsBounded(t *testing.T) {
 func contend(t *testing.T, srv *redistest.Server, name string, clients, perClient, rounds int, limit int64, opts ...limiter.Option) (map[string]int64, int) {
 	t.Helper()
 	ctx := ctxT(t, 60*time.Second)
-	sems := make([]*limiter.Semaphore, clients)
+	sems := make([]acquirer, clients)
 	for i := range sems {
 		sem, err := newSemaphore(t, srv.Client(t), name, limit, append([]limiter.Option{limiter.AcquireTimeout(0)}, opts...)...)
 		if err != nil {
@@ -260,28 +259,7 @@ func contend(t *testing.T, srv *redistest.Server, name string, clients, perClien
 		}
 	}
 	srv.ResetStats(t)
-	var wg sync.WaitGroup
-	for _, sem := range sems {
-		for range perClient {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					l, err := sem.Acquire(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					time.Sleep(time.Millisecond)
-					if err := l.Release(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
+	churn(t, ctx, sems, perClient, rounds)
 	if t.Failed() {
 		t.FailNow()
 	}

@@ -108,7 +108,7 @@ func namesInEveryShard(t testing.TB, ctx context.Context, cc *redis.ClusterClien
 // acquisitions.
 func contendAcrossShards(t testing.TB, ctx context.Context, a, b redis.UniversalClient, names []string, perClient, rounds int) int {
 	t.Helper()
-	var wg sync.WaitGroup
+	var mus []acquirer
 	for _, rdb := range []redis.UniversalClient{a, b} {
 		c := clientFor(t, rdb, limiter.AcquireTimeout(0))
 		for _, name := range names {
@@ -116,27 +116,10 @@ func contendAcrossShards(t testing.TB, ctx context.Context, a, b redis.Universal
 			if err != nil {
 				t.Fatal(err)
 			}
-			for range perClient {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range rounds {
-						l, err := m.Acquire(ctx)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						time.Sleep(time.Millisecond)
-						if err := l.Release(ctx); err != nil {
-							t.Error(err)
-							return
-						}
-					}
-				}()
-			}
+			mus = append(mus, m)
 		}
 	}
-	wg.Wait()
+	churn(t, ctx, mus, perClient, rounds)
 	return 2 * len(names) * perClient * rounds
 }
 
