@@ -244,7 +244,7 @@ func (w *shardWakes) failed(channel string, sub *shardSub, err error) {
 	}
 }
 
-const minRetry, maxRetry = 10 * time.Millisecond, time.Second
+const minRetry, maxRetry = 10 * time.Millisecond, 250 * time.Millisecond
 
 // retry places the channels in again, in passes on a fresh slot map, until
 // none is left.
