@@ -60,8 +60,8 @@ var errClosed = errors.New("dashboard closed: no more samples")
 // sampler reads every name under the prefix at a fixed interval and keeps
 // the latest sample and each name's history.
 type sampler struct {
-	in        *limiter.Inspector
-	cfg       config
+	in  *limiter.Inspector
+	cfg config
 
 	mu        sync.Mutex                      // one sample at a time; guards what follows
 	prevAt    time.Time                       // of the last good tick
