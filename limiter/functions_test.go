@@ -280,17 +280,7 @@ func TestLibraryTheServerWillNotTakeIsNotLoadedOnEveryCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cycle := func() {
-		t.Helper()
-		l, err := mu.TryAcquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle() // loads the library
+	tryCycle(t, ctx, mu) // loads the library
 	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "redsem_*"}).Result()
 	if err != nil || len(libs) != 1 {
 		t.Fatalf("libraries %v: %v", libs, err)
@@ -310,7 +300,7 @@ func TestLibraryTheServerWillNotTakeIsNotLoadedOnEveryCall(t *testing.T) {
 	}
 	srv.ResetStats(t)
 	for range 20 {
-		cycle()
+		tryCycle(t, ctx, mu)
 	}
 	calls := srv.CommandCalls(t)
 	t.Logf("calls %v", calls)

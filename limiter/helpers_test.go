@@ -214,3 +214,15 @@ func churn(t testing.TB, ctx context.Context, acquirers []acquirer, per, rounds 
 	}
 	wg.Wait()
 }
+
+// tryCycle takes mu with TryAcquire and releases it; an error fails t.
+func tryCycle(t testing.TB, ctx context.Context, mu *limiter.Mutex) {
+	t.Helper()
+	l, err := mu.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -96,7 +96,7 @@ func matchingNames(names []string, match string) []string {
 	if match == "" {
 		return names
 	}
-	return slices.DeleteFunc(names, func(name string) bool { return !store.GlobMatch(match, name) })
+	return slices.DeleteFunc(names, func(name string) bool { return !GlobMatch(match, name) })
 }
 
 // Holders lists the live leases of name as Redis sees them. On a Redlock
