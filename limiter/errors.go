@@ -104,10 +104,13 @@ func argError(arg string, value any, reason string) error {
 // BusyError is returned when no permit could be had. It matches ErrBusy,
 // and also ErrTimeout when it ends a wait.
 type BusyError struct {
-	Name     string
-	Weight   int64         // permits requested
-	InUse    int64         // permits in use at the last attempt
-	RetryIn  time.Duration // until the earliest current lease expires: a sensible time to try again
+	Name   string
+	Weight int64 // permits requested
+	InUse  int64 // permits in use at the last attempt
+	// RetryIn: until the earliest current lease expires, a sensible time
+	// to try again; for an Acquire that gave up behind other waiters, the
+	// lease TTL, since the permits that expire first are theirs.
+	RetryIn  time.Duration
 	Attempts int
 	Waited   time.Duration
 	// Restarted: Redis refused because it started less than the

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -56,6 +58,19 @@ func main() {
 			}
 			return l.Release(ctx)
 		}
+	case "contended", "contended8": // n acquisitions of a mutex by Clients in turn
+		ms := []*limiter.Semaphore{mutexOf(rdb), mutexOf(rdb)}
+		if *lib == "contended8" { // 7 in the queue behind each lease
+			for range 6 {
+				ms = append(ms, mutexOf(rdb))
+			}
+		}
+		runContended(ctx, ms, 200)
+		rdb.ConfigResetStat(ctx)
+		runContended(ctx, ms, *n)
+		s, _ := rdb.Info(ctx, "commandstats").Result()
+		fmt.Println(s)
+		return
 	case "ping":
 		call = func() error { return rdb.Ping(ctx).Err() }
 	}
@@ -71,4 +86,44 @@ func main() {
 	}
 	s, _ := rdb.Info(ctx, "commandstats").Result()
 	fmt.Println(s)
+}
+
+func mutexOf(rdb *redis.Client) *limiter.Semaphore {
+	c, err := limiter.New(rdb, limiter.RestartQuarantine(0))
+	if err != nil {
+		panic(err)
+	}
+	m, err := c.Semaphore("cgmutex", 1)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// runContended has ms (each of its own Client, as processes would be) take
+// a mutex n times in all, each acquiring again as soon as it released and
+// holding its lease 5 ms, time enough for the others' attempts to queue
+// even under valgrind: each acquisition but the first queues behind
+// another's lease and is granted by its release, the contended cycle.
+func runContended(ctx context.Context, ms []*limiter.Semaphore, n int) {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				l, err := m.Acquire(ctx)
+				if err != nil {
+					panic(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
