@@ -171,7 +171,7 @@ if fits and paused == 0 then
   -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
   -- formatting (the first lease's total is its weight); limit, keyexp
   -- and emptied only when they change.
-  local new_total = total == 0 and ARGV[2] or fmt(total + weight)
+  local new_total = total == 0 and ARGV[2] or int_string(total + weight)
   local set = {'HSET', KEYS[2], field, lease_record(ARGV[2], tok, owner), 'total', new_total, 'token', counter}
   if st[6] ~= limit_s then
     set[9], set[10] = 'limit', limit_s

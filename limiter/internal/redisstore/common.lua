@@ -41,6 +41,14 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- The decimal strings of 0 to 15, made once (in a library): the totals
+-- and weights most writes carry are small, and string.format costs ~3k
+-- instructions a call.
+local DECIMAL = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15'}
+local function int_string(n)
+  return DECIMAL[n] or fmt(n)
+end
+
 -- A decimal string (or false, Redis's nil, kept) as a number: arithmetic
 -- parses it once, where tonumber parses it twice.
 local function num(s)
@@ -99,11 +107,11 @@ local function lease_record(w, tok, owner)
 end
 
 -- Splits a waiter's record: weight, expiry (ms), direct-grant ttl (ms),
--- channel, and its own limit (a string).
+-- channel, its own limit (a string), and its weight as a string.
 local function parse_waiter(v)
   local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
   if not w then return nil end -- another version's record: walk_queue drops it
-  return w + 0, exp + 0, ttl + 0, channel, limit
+  return w + 0, exp + 0, ttl + 0, channel, limit, w
 end
 
 -- A waiter's record, as parse_waiter splits it (strings).
@@ -221,9 +229,9 @@ end
 -- by a Client that knows nothing of emptied (an older version, mid-upgrade)
 -- is walked to all the same.
 -- Visits the queue from its head, at most four pages, calling
--- visit(id, weight, channel, direct-grant ttl, expiry, own limit, woken)
--- for each live one until it returns true (woken: its '!' marker, when
--- it was woken, or false).
+-- visit(id, weight, channel, direct-grant ttl, expiry, own limit, woken,
+-- weight as a string) for each live one until it returns true (woken: its
+-- '!' marker, when it was woken, or false).
 -- The marker is read in the same HMGET as the record, and dropped with it.
 -- Entries whose Client stopped keeping them alive are dropped on the way
 -- (keep excepted, dead or alive). now is the time in ms, or nil to read
@@ -235,12 +243,11 @@ end
 -- and table slots, which under contention cost more than the calls did:
 -- with 7 waiters queued, a page of 16 read 14 records of which one was
 -- used.
-local LAST_OF_FIRST = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15'}
 local function walk_queue(now, visit, keep, first)
   local dead, finished = {}, false
   local pos, size = 0, first or 16
   for _ = 1, 4 do
-    local lo, hi = '0', LAST_OF_FIRST[size]
+    local lo, hi = '0', DECIMAL[size - 1]
     if pos > 0 then lo, hi = fmt(pos), fmt(pos + size - 1) end
     local ids = redis.call('ZRANGE', KEYS[3], lo, hi)
     if #ids == 0 then
@@ -253,14 +260,14 @@ local function walk_queue(now, visit, keep, first)
     for i = 1, #ids do fields[2 * i - 1], fields[2 * i] = '?' .. ids[i], '!' .. ids[i] end
     local vals = redis.call('HMGET', KEYS[2], unpack(fields))
     for i = 1, #ids do
-      local w, exp, hand, channel, own_limit
+      local w, exp, hand, channel, own_limit, ws
       local v = vals[2 * i - 1]
       if v then
-        w, exp, hand, channel, own_limit = parse_waiter(v)
+        w, exp, hand, channel, own_limit, ws = parse_waiter(v)
       end
       if ids[i] ~= keep and (not w or exp <= now) then
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonumber(vals[2 * i] or '')) then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonumber(vals[2 * i] or ''), ws) then
         finished = true
         break
       end
@@ -300,8 +307,8 @@ end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
 -- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit,
--- woken} (direct-grant ttl 0 for one heavier than the limit), up to the
--- first that does not fit: strict
+-- woken, weight as a string} (direct-grant ttl 0 for one heavier than the
+-- limit), up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
@@ -309,14 +316,14 @@ end
 local function fitting(now_ms, free, limit)
   local fit = {}
   if free <= 0 then return fit end
-  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit, woken)
+  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
     if w > limit then
-      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken}
+      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken, ws}
       return false
     end
     if w > free then return true end
     free = free - w
-    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken}
+    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken, ws}
     return free <= 0
   end, nil, min(free, 16)) -- each fits in one permit at least
   return fit
@@ -365,7 +372,7 @@ local function pass_on(now_ms, free, own, limit, g, st_pause, st_token)
   -- the pause, and its grant passes the turn on.
   if #fit > 0 and pause_left(now_ms, st_pause, st_token) > 0 then return mine end
   for _, f in ipairs(fit) do
-    local wait, channel, fw, hand, fexp, own_limit, woken = f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+    local wait, channel, fw, hand, fexp, own_limit, woken, fws = f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
     local msg = wait
     own_limit = g and g.cap or own_limit
     granting = granting and hand > 0 and g.total + fw <= own_limit + 0
@@ -373,11 +380,12 @@ local function pass_on(now_ms, free, own, limit, g, st_pause, st_token)
       granted_limit = own_limit
       g.token = max(g.token + 1, now_us())
       local t = fmt(g.token)
+      g.token_s = t
       local exp = min(clock_ms() + hand, fexp)
       zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
       zrem[#zrem + 1] = wait
       g.hdel[#g.hdel + 1], g.hdel[#g.hdel + 2] = '?' .. wait, '!' .. wait
-      g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, lease_record(fmt(fw), t, owner_of(channel))
+      g.hset[#g.hset + 1], g.hset[#g.hset + 2] = ':' .. wait, lease_record(fws, t, owner_of(channel))
       g.total = g.total + fw
       newest, maxttl = max(newest, exp), max(maxttl, hand)
       msg = wait .. ' ' .. t
@@ -413,7 +421,7 @@ local function pass_on(now_ms, free, own, limit, g, st_pause, st_token)
     redis.call('ZADD', KEYS[1], unpack(zadd))
     redis.call('ZREM', KEYS[3], unpack(zrem))
     local set = g.hset
-    set[#set + 1], set[#set + 2] = 'token', fmt(g.token)
+    set[#set + 1], set[#set + 2] = 'token', g.token_s
     -- Like a grant by acquire: releases wake by the limit of the last.
     if granted_limit ~= g.limit then
       set[#set + 1], set[#set + 2] = 'limit', granted_limit

@@ -22,6 +22,7 @@ end
 local now = now_us()
 local until_us = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[4]) or '0'))
 redis.call('SET', KEYS[4], fmt(until_us))
-if redis.call('HEXISTS', KEYS[2], 'token') == 1 then redis.call('HSET', KEYS[2], 'pause', fmt(until_us)) end
+-- (HGET, not HEXISTS: the least-privilege user of the README has one.)
+if redis.call('HGET', KEYS[2], 'token') then redis.call('HSET', KEYS[2], 'pause', fmt(until_us)) end
 redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000) + 86400000))
 return {fmt(until_us - now)}

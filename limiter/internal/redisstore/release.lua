@@ -37,8 +37,7 @@ if ARGV[4] == '1' and st[7] ~= st[8] then
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
 end
--- The last lease out leaves '0', which needs no formatting.
-hset[#hset + 1], hset[#hset + 2] = 'total', total == 0 and '0' or fmt(total)
+hset[#hset + 1], hset[#hset + 2] = 'total', int_string(total)
 redis.call(unpack(hdel))
 redis.call(unpack(hset))
 if not mine or #mine == 0 then return held end
