@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
@@ -71,6 +72,31 @@ func main() {
 		s, _ := rdb.Info(ctx, "commandstats").Result()
 		fmt.Println(s)
 		return
+	case "redislock": // an uncontended Obtain and Release
+		lc := redislock.New(rdb)
+		call = func() error {
+			l, err := lc.Obtain(ctx, "cglock", 10*time.Second, nil)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	case "floor": // two FCALLs of a function that does nothing, with an
+		// acquire's and a release's keys and arguments: what any cycle of
+		// two scripts costs before its first line
+		if err := rdb.FunctionLoadReplace(ctx, "#!lua name=cgfloor\n"+
+			"redis.register_function('cgnoop', function(keys, args) return 1 end)").Err(); err != nil {
+			panic(err)
+		}
+		keys := []string{"a{x}", "b{x}", "c{x}", "d{x}"}
+		acq := []any{"1", "1", "10000", "id", "", "owner", "", "wait", "3000", "redsem:wake:owner", "1", "1", "0", "0"}
+		rel := []any{"id", "", "redsem:wake:owner", "1", "0"}
+		call = func() error {
+			if err := rdb.FCall(ctx, "cgnoop", keys, acq...).Err(); err != nil {
+				return err
+			}
+			return rdb.FCall(ctx, "cgnoop", keys, rel...).Err()
+		}
 	case "ping":
 		call = func() error { return rdb.Ping(ctx).Err() }
 	}

@@ -5,7 +5,7 @@
 # ±20 % between runs. Each library runs twice (n1 and n2 calls) on a
 # fresh server under valgrind; the difference over n2-n1 is the cost of
 # one call, start-up and loading cancelled out.
-#   usage: bench/instr/run.sh [lib...]   (libs: redsem redis_rate semaphore contended contended8 ping)
+#   usage: bench/instr/run.sh [lib...]   (libs: redsem redis_rate semaphore contended contended8 redislock floor ping)
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
