@@ -108,8 +108,8 @@ type BusyError struct {
 	Weight int64 // permits requested
 	InUse  int64 // permits in use at the last attempt
 	// RetryIn: until the earliest current lease expires, a sensible time
-	// to try again; for an Acquire that gave up behind other waiters, the
-	// lease TTL, since the permits that expire first are theirs.
+	// to try again; for an Acquire that gave up behind other waiters, it
+	// may be the lease TTL, since the permits that expire first are theirs.
 	RetryIn  time.Duration
 	Attempts int
 	Waited   time.Duration

@@ -62,7 +62,7 @@ local now_ms = floor(now / 1000)
 local exp = now_ms + ttl
 -- One read for everything the common paths need ('?' and '!' alone, when
 -- this request does not queue, are never fields).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait, 'pause')
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, num(st[3]) or 0
@@ -102,7 +102,7 @@ if st[4] then
       -- The retry may have queued meanwhile: its entry must not keep
       -- the room of those behind.
       if mine then
-        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit, st[11], st[2])) do reply[#reply + 1] = v end
+        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
       end
       return reply
     end
@@ -121,20 +121,23 @@ end
 -- ticket was taken since the queue was last seen empty, so it may hold
 -- some). A newcomer that does not fit even in the permits free now cannot
 -- fit whatever is ahead: only whether a live waiter is (for the head's
--- timer) matters, and the walk stops at the first; then the sweep is
--- left to that waiter's attempts, which the permits it frees go to. Dead
--- entries on the way are dropped, as by any walk.
+-- timer) matters, and the walk stops at the first. Behind a live waiter
+-- the sweep is left to that waiter's attempts and the waiters'
+-- keep-alives (refresh.lua sweeps): the permits expired leases free are
+-- the waiters' ahead first, and this newcomer, queued, hears of its turn
+-- from them. Dead entries on the way are dropped, as by any walk.
 local queue = ARGV[11] == '1' and not conflict and st[8] ~= st[9]
 local ahead = 0
 local first -- the earliest live lease, when the sweep read it
+local behind = false -- a newcomer behind a live waiter: no sweep
 if not conflict and total + weight > limit then
   if queue and not mine and wait ~= '' then -- (a request that never queues asks nothing)
     local live = false
     local told = walk_queue(now_ms, function() live = true; return true end, nil, 1)
-    if live or not told then ahead = 1 end
+    if live or not told then ahead, behind = 1, true end
     queue = false
   end
-  if ahead == 0 then
+  if not behind then
     local freed
     freed, first = sweep(now_ms)
     total = total - freed
@@ -153,7 +156,7 @@ if not conflict and not st[2] and ARGV[13] ~= '0' then
 end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
-local paused = fits and pause_left(now_ms, st[11], st[2]) or 0
+local paused = fits and pause_left(now_ms) or 0
 if fits and paused == 0 then
   -- A quorum granting a lease it holds again on a node that lost it
   -- gives the lease its own token (ARGV[14]); the node's counter never
@@ -188,7 +191,7 @@ if fits and paused == 0 then
   if at then expire_keys(at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then
-    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit, st[11], st[2])) do reply[#reply + 1] = v end
+    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
   end
   return reply
 end
@@ -235,5 +238,5 @@ if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
 if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
 -- Behind a live waiter, the earliest expiry is not this one's to wait for
 -- (its timer is the head's), and the TTL saves the call that reads it.
-if ahead ~= 0 and not first then return {0, ttl, total, head, st[2] or '0', 0} end
+if behind then return {0, ttl, total, head, st[2] or '0', 0} end
 return {0, earliest(now_ms, ttl, first), total, head, st[2] or '0', 0}

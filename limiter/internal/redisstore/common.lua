@@ -19,9 +19,7 @@
 --                emptied (seq when a call last found the queue empty:
 --                        see walk_queue),
 --                keyexp (when the keys expire),
---                cap    (the fleet-wide limit SetLimit stored, if any),
---                pause  (KEYS[4]'s value, copied by pause.lua while the
---                        hash has a token: see pause_left)
+--                cap    (the fleet-wide limit SetLimit stored, if any)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
 -- KEYS[4] pause  STRING µs (server clock) until which the name grants
 --                nothing (pause.lua). Shared with the rate of the same
@@ -287,20 +285,11 @@ local function walk_queue(now, visit, keep, first)
   return finished
 end
 
--- Milliseconds left of the name's pause, 0 when not paused. Read only when
--- something would be granted: a pause costs the full semaphore's calls
--- nothing. The pause is KEYS[4], which the name's rate shares
--- (reserve.lua); pause.lua copies its end into the state hash's 'pause'
--- field when the hash has a 'token', so that a caller that read 'pause'
--- and 'token' in its HMGET (st_pause, st_token) sends no GET. A hash
--- without a token (new, or expired with its leases) may not have been
--- told of a pause set before it existed: then, and for a caller that
--- read neither, KEYS[4] is read. Whatever writes a hash's first token
--- has read KEYS[4]: acquire grants only when it found no pause, and
--- resume copies it.
-local function pause_left(now_ms, st_pause, st_token)
-  local p = st_pause
-  if not st_token then p = redis.call('GET', KEYS[4]) end
+-- Milliseconds left of the name's pause (KEYS[4]), 0 when not paused.
+-- Read only when something would be granted: a pause costs the full
+-- semaphore's calls nothing.
+local function pause_left(now_ms)
+  local p = redis.call('GET', KEYS[4])
   if not p then return 0 end
   return max(ceil(p / 1000) - (now_ms or clock_ms()), 0)
 end
@@ -362,7 +351,7 @@ end
 -- nothing of it, is woken again all the same.
 -- A direct grant is made whether the waiter is marked or not.
 local WOKEN_MS = 200
-local function pass_on(now_ms, free, own, limit, g, st_pause, st_token)
+local function pass_on(now_ms, free, own, limit, g)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
@@ -370,7 +359,7 @@ local function pass_on(now_ms, free, own, limit, g, st_pause, st_token)
   local fit = fitting(now_ms, free, limit)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
   -- the pause, and its grant passes the turn on.
-  if #fit > 0 and pause_left(now_ms, st_pause, st_token) > 0 then return mine end
+  if #fit > 0 and pause_left(now_ms) > 0 then return mine end
   for _, f in ipairs(fit) do
     local wait, channel, fw, hand, fexp, own_limit, woken, fws = f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
     local msg = wait
@@ -438,8 +427,8 @@ end
 -- Takes wait out of the queue and passes its turn on to those behind that
 -- fit in free; returns the own waiters woken (none when wait was not
 -- queued).
-local function dequeue(wait, now_ms, free, own, limit, st_pause, st_token)
+local function dequeue(wait, now_ms, free, own, limit)
   if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
   redis.call('HDEL', KEYS[2], '?' .. wait, '!' .. wait)
-  return pass_on(now_ms, free, own, limit, nil, st_pause, st_token)
+  return pass_on(now_ms, free, own, limit)
 end

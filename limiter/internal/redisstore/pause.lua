@@ -7,12 +7,8 @@
 -- the burst refills: reserve.lua). Lifting it wakes the waiters that fit:
 -- they slept until its end. Returns {µs left of the pause, own waiters
 -- woken...}.
--- The end is copied into the state hash's 'pause' field when the hash has
--- a token: acquire and release read it there with the rest of the state
--- (pause_left, common.lua).
 if ARGV[1] == 'lift' then
   redis.call('DEL', KEYS[4])
-  redis.call('HDEL', KEYS[2], 'pause')
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
   local limit = tonumber(st[2]) or math.huge
   local reply = {0}
@@ -22,7 +18,5 @@ end
 local now = now_us()
 local until_us = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[4]) or '0'))
 redis.call('SET', KEYS[4], fmt(until_us))
--- (HGET, not HEXISTS: the least-privilege user of the README has one.)
-if redis.call('HGET', KEYS[2], 'token') then redis.call('HSET', KEYS[2], 'pause', fmt(until_us)) end
 redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000) + 86400000))
 return {fmt(until_us - now)}

@@ -12,7 +12,7 @@
 -- more than anything else in its reply).
 local id, want = ARGV[1], ARGV[2]
 local field = ':' .. id
-local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'seq', 'emptied', 'pause')
+local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'seq', 'emptied')
 if not st[1] then return 0 end
 local w, tok = parse(st[1])
 if want ~= '' and tok ~= want then return 0 end
@@ -33,7 +33,7 @@ if ARGV[4] == '1' and st[7] ~= st[8] then
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = num(st[3]) or math.huge
-  mine = pass_on(now, limit - total, ARGV[3], limit, g, st[9], st[4])
+  mine = pass_on(now, limit - total, ARGV[3], limit, g)
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
 end
