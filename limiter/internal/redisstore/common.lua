@@ -245,7 +245,7 @@ local function walk_queue(now, visit, keep, first)
   local dead, finished = {}, false
   local pos, size = 0, first or 16
   for _ = 1, 4 do
-    local lo, hi = '0', DECIMAL[size - 1]
+    local lo, hi = '0', int_string(size - 1)
     if pos > 0 then lo, hi = fmt(pos), fmt(pos + size - 1) end
     local ids = redis.call('ZRANGE', KEYS[3], lo, hi)
     if #ids == 0 then
