@@ -34,10 +34,11 @@ var staticFiles embed.FS
 
 // New returns the dashboard of c's names and starts its sampler, which
 // lists the semaphores and rate limits under c's prefix at once and reads
-// them every Interval (see the package documentation for what it costs). A failed sample (Redis unreachable, c closed) is shown
-// on the pages, which keep the last good one, and sampling goes on. Call
-// Close to stop it: c is not closed. Bad options give a
-// *limiter.ArgumentError naming them, as does a nil c.
+// them every Interval (see the package documentation for what it costs).
+// A failed sample (Redis unreachable, c closed) is shown on the pages,
+// which keep the last good one, and sampling goes on. Call Close to stop
+// it: c is not closed. Bad options give a *limiter.ArgumentError naming
+// them, as does a nil c.
 func New(c *limiter.Client, opts ...Option) (*Dashboard, error) {
 	if c == nil {
 		return nil, argError("c", nil, "must not be nil")
@@ -89,13 +90,14 @@ func serveStatic(w http.ResponseWriter, r *http.Request, static fs.FS) {
 //	mux.Handle("/redsem/", http.StripPrefix("/redsem", d))
 //
 // A page asked for before the first sample waits for it, for the
-// request's context to end or for 3 intervals (then: "no sample yet"). While Redis cannot be read, the pages show
-// the last good sample and the error (JSON: "error"), as they do when no
-// sample came for 3 intervals. A glob filter is matched against the
-// sample's names (a malformed glob selects what Redis would select with
-// it), never sent to Redis. A name that cannot be read shows its error
-// (JSON: the name's "error"). An action answers JSON: 200 when done, 400 for bad input (naming it),
-// 401 without the token, 403 when actions are off or the request is
+// request's context to end or for 3 intervals (then: "no sample yet").
+// While Redis cannot be read, the pages show the last good sample and the
+// error (JSON: "error"), as they do when no sample came for 3 intervals.
+// A glob filter is matched against the sample's names (a malformed glob
+// selects what Redis would select with it), never sent to Redis. A name
+// that cannot be read shows its error (JSON: the name's "error"). An
+// action answers JSON: 200 when done, 400 for bad input (naming it), 401
+// without the token, 403 when actions are off or the request is
 // cross-site, 404 for a lease that is not held, 502 when Redis failed
 // (the change may have been made all the same), 503 after Close.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {

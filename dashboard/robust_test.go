@@ -74,13 +74,7 @@ func TestRedisHangs(t *testing.T) {
 	if _, err := s.TryAcquire(t.Context(), limiter.ID("a")); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1})
-	defer rdb.Close()
-	c, err := limiter.New(rdb, limiter.Prefix(testPrefix), limiter.RestartQuarantine(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := waitingClient(t, srv)
 	d, err := dashboard.New(c, dashboard.Interval(testInterval))
 	if err != nil {
 		t.Fatal(err)
@@ -206,13 +200,7 @@ func TestStaticFilesOnly(t *testing.T) {
 // intervals ("no sample yet"), not at the sample's Timeout.
 func TestFirstSampleHangs(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1})
-	defer rdb.Close()
-	c, err := limiter.New(rdb, limiter.Prefix(testPrefix), limiter.RestartQuarantine(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := waitingClient(t, srv)
 	srv.Pause(t)
 	d, err := dashboard.New(c, dashboard.Interval(testInterval))
 	if err != nil {
@@ -227,4 +215,18 @@ func TestFirstSampleHangs(t *testing.T) {
 	if took > time.Second || !strings.Contains(rec.Body.String(), "no sample yet") {
 		t.Errorf("first sample hung: the page took %v: %s", took, rec.Body.String())
 	}
+}
+
+// waitingClient is a Client on srv whose reads never time out, so that
+// only the dashboard's own Timeout can end a read of a paused server.
+func waitingClient(t *testing.T, srv *redistest.Server) *limiter.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := limiter.New(rdb, limiter.Prefix(testPrefix), limiter.RestartQuarantine(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
 }

@@ -253,20 +253,8 @@ func TestClusterWakesAfterSlotMigration(t *testing.T) {
 	if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
 		t.Fatalf("before the migration: woken %v after the release", d)
 	}
-	hm, _ := holder.Mutex(name)
-	wm, _ := waiter.Mutex(name)
-	l, err := hm.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireLater(t, ctx, wm)
-	waitQueued(t, ctx, hm)
-	cl.MoveSlot(t, keyOf(name, "leases"))
-	released := time.Now()
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if d := (<-got).Sub(released); d > notStranded {
+	migrate := func() { cl.MoveSlot(t, keyOf(name, "leases")) }
+	if d := wakeLatency(t, ctx, holder, waiter, name, migrate); d > notStranded {
 		t.Fatalf("a wait across the migration ended %v after the release: stranded", d)
 	}
 	for i := range 3 {
@@ -331,9 +319,10 @@ func TestClusterWithoutShardPubSubFallsBack(t *testing.T) {
 	}
 }
 
-// wakeLatency has holder hold name and waiter queue for it, and returns
+// wakeLatency has holder hold name and waiter queue for it, runs
+// meanwhile (if given) once the waiter is queued, releases, and returns
 // how long after the release began the waiter's Acquire returned.
-func wakeLatency(t testing.TB, ctx context.Context, holder, waiter *limiter.Client, name string) time.Duration {
+func wakeLatency(t testing.TB, ctx context.Context, holder, waiter *limiter.Client, name string, meanwhile ...func()) time.Duration {
 	t.Helper()
 	hm, _ := holder.Mutex(name)
 	wm, _ := waiter.Mutex(name)
@@ -343,6 +332,9 @@ func wakeLatency(t testing.TB, ctx context.Context, holder, waiter *limiter.Clie
 	}
 	got := acquireLater(t, ctx, wm)
 	waitQueued(t, ctx, hm)
+	for _, f := range meanwhile {
+		f()
+	}
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
