@@ -23,50 +23,52 @@
 //
 // A gated task takes a permit of every rule that matches it (by type, type
 // prefix, queue, key), one after the other in the order of the rules, and
-// waits for them — woken by releases, not by polling — up to the smallest
-// AcquireTimeout of those rules (the limiter's bound, under its name),
-// ending a little before the task's deadline if that comes first. Then it
-// gives back what it took and returns a *BusyError (errors.Is(err,
-// limiter.ErrBusy)): with IsFailure and RetryDelay in the server's Config,
-// asynq re-queues it without spending its retry budget; MaxGated caps how
-// long a task may be re-queued so, across runs. A task with no retry
-// budget left (asynq archives such a task whatever it returns) waits up
-// to LastTryAcquireTimeout (default 1 minute) instead. A wait that the
-// task's context or the limiter Client's Close ends, or a Redis failure,
-// returns that error and asynq retries the task as for any error.
+// waits for each — woken by releases, not by polling — up to its rule's
+// AcquireTimeout, ending a little before the task's deadline if that
+// comes first. Then it gives back what it took and returns a *BusyError
+// (errors.Is(err, limiter.ErrBusy)): with IsFailure and RetryDelay in the
+// server's Config, asynq re-queues it without spending its retry budget;
+// MaxGated caps how long a task may be re-queued so, across runs. A task
+// with no retry budget left (asynq archives such a task whatever it
+// returns) waits up to LastTryAcquireTimeout (default 1 minute) instead.
+// A wait that the task's context or the limiter Client's Close ends, or a
+// Redis failure, returns that error and asynq retries the task as for any
+// error.
 //
 // # Rates
 //
 // A rule with a Rate also limits how often its handlers start, fleet-wide
 // (limiter.RateLimit: each start reserves its time in Redis, GCRA; a Key
-// rule has one rate per key). A task gets its rate slots first, then its
-// permits:
+// rule has one rate per key). A task takes its permits first, then its
+// rate slots:
 //
-//  1. It reserves a slot of every rate of its rules, bounded by the
-//     task's wait (AcquireTimeout): a slot further off than that returns
-//     a *BusyError (Rate set) whose RetryIn is the slot's wait, and the
-//     task is re-queued as for a full semaphore, spending no retry.
-//  2. It sleeps until its latest slot, holding nothing.
-//  3. It takes its permits (the rest of the same wait), and starts.
+//  1. It takes its permits, as above.
+//  2. Holding them, it reserves a slot of every rate of its rules, no
+//     further off than the time the rate takes to serve one more task
+//     than the largest limit among its rules (at most 1s), and sleeps
+//     until the latest. Then it starts.
+//  3. A slot further off (a pause, or a rate that serves other rules'
+//     tasks too) is not waited for holding permits: the task gives them
+//     back, reserves the slot (bounded by the rule's AcquireTimeout: a
+//     slot further off returns a *BusyError with Rate set whose RetryIn is
+//     the slot's wait), sleeps until it holding nothing, and goes back to 1.
 //
-// Why this order: a task never holds a permit while it waits for a slot,
-// so permits are spent on running handlers only; and reserving first
-// keeps the rate's first-come, first-served order, with one call to
-// Redis and no polling. In the common case (a permit free at the slot)
-// every slot is used. A slot is lost only when the permits do not come
-// at its time: the task's wait ended (the slot, if its time has not come,
-// is given back), or they came late (below). An unused slot only slows
-// the rate. The other order (permit,
-// then slot) would sit on a permit for the whole wait of the rate.
+// Why this order: a slot goes to a task that holds its permits, so none
+// is lost to permits that come late, and rate and concurrency are both
+// used when both bind (a rule of Limit 5 and 18/s against calls of
+// 250ms runs 18 a second). A permit waits for a near slot only: as long
+// as the rate needs to serve its holders anyway. Reserving keeps the
+// rate's first-come, first-served order, with one call to Redis and no
+// polling.
 //
-// A slot whose permits came late is not used late: an event delayed past
-// its slot would bunch with the ones after it and break the rate (ten
-// slots 100ms apart whose permits all free at once would start together).
-// A handler that would start more than limiter.Lateness (20ms) after its
-// slot takes an event now instead, when the rate has room (one more call:
-// limiter.Reservation.Renew); when it has none, the task gives its
-// permits back and reserves anew. So in any window of length w a rule's
-// handlers start at most Burst + Events*(w + 20ms)/Per times.
+// A far slot whose permits came late is not used late: an event delayed
+// past its slot would bunch with the ones after it and break the rate
+// (ten slots 100ms apart whose permits all free at once would start
+// together). A handler that would start more than limiter.Lateness (20ms)
+// after its slot takes an event now instead, when the rate has room (one
+// more call: limiter.Reservation.Renew); when it has none, a near slot
+// as in 2. So in any window of length w a rule's handlers start at most
+// Burst + Events*(w + 20ms)/Per times.
 //
 // # Pauses
 //

@@ -11,70 +11,79 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// gated runs the handler next once the task has a slot of the rate of
-// every gate that has one and holds a permit of every gate's semaphore,
-// and returns what it returned, with ran set; else the *BusyError or the
-// error that ended the wait. It reserves the slots first (bounded by
-// wait), sleeps until them holding nothing, then takes the permits: a
-// task never holds a permit while it waits for a slot. When the permits
-// came too late for a slot and its rate has no room now, it gives them
-// back and starts over (see current), until wait ends.
+// held is a permit a task holds, with the gate it is of.
+type held struct {
+	g     gate
+	lease *limiter.Lease
+}
+
+// gated runs the handler next once the task holds a permit of every gate
+// with a limit and a current slot of every gate with a rate, and returns
+// what it returned, with ran set; else the *BusyError or the error that
+// ended the wait.
+//
+// Permits first, then slots: a task that holds its permits reserves
+// slots no further off than holdBound and sleeps until them holding the
+// permits, so a slot always goes to a task that can use it (a slot
+// reserved before the permits is lost when they come late, and one
+// reserved by a task that then waits for a permit idles). A slot further
+// off is a rate that serves more than these permits' holders (a pause,
+// another rule sharing it): the task gives its permits back, reserves
+// the slot, sleeps until it holding nothing, and starts over with it.
 func (m *middleware) gated(ctx, wait context.Context, stopWait func(), t *asynq.Task, gs []gate, id string, next asynq.Handler) (out error, ran bool) {
+	var early []slot // slots reserved before the permits
 	for {
-		slots, err := m.reserve(wait, gs)
+		if err := m.sleep(wait, early); err != nil {
+			return err, false
+		}
+		hs, err := m.acquireAll(ctx, wait, gs, id)
+		if err != nil {
+			m.giveBack(early)
+			return err, false
+		}
+		slots, err := m.near(wait, gs, early)
 		if err == nil {
 			err = m.sleep(wait, slots)
 		}
-		if err != nil {
+		if err == nil {
+			stopWait() // every slot and permit held
+			return m.runUnder(ctx, t, hs, next), true
+		}
+		m.releaseAll(hs)
+		if !errors.Is(err, errFarSlot) {
 			return err, false
 		}
-		out, ran, late := m.hold(ctx, wait, stopWait, t, gs, slots, id, next)
-		if !late {
-			return out, ran
+		if early, err = m.reserve(wait, gs); err != nil {
+			return err, false
 		}
 	}
 }
 
-// hold takes the permits of gs in order, each held while it takes the
-// next (list the narrowest rules first), and runs next under them once
-// the slots are current: ran says it did. late says a slot was not
-// current and its rate had no room: nothing ran and the permits are back.
-func (m *middleware) hold(ctx, wait context.Context, stopWait func(), t *asynq.Task, gs []gate, slots []slot, id string, next asynq.Handler) (out error, ran, late bool) {
-	var through func(ctx context.Context, i int)
-	through = func(ctx context.Context, i int) {
-		if i == len(gs) {
-			ok, err := m.current(ctx, slots)
-			if !ok {
-				out, late = err, err == nil
-				return
-			}
-			stopWait() // every slot and permit held
-			ran = true
-			out = next.ProcessTask(ctx, t)
-			return
+// acquireAll takes a permit of every gate with a limit, in the gates'
+// order, each held while it waits for the next (list the narrowest
+// rules first). A wait ends when wait does, when the gate's own
+// AcquireTimeout runs out, or when an earlier permit is lost; then the
+// permits taken are released and the error returned.
+func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string) ([]held, error) {
+	var hs []held
+	for _, g := range gs {
+		if g.limit == 0 { // a rule with only a rate
+			continue
 		}
-		if gs[i].limit == 0 { // a rule with only a rate
-			through(ctx, i+1)
-			return
-		}
-		lease, err := m.acquire(ctx, wait, gs[i], id)
+		lease, err := m.acquire(ctx, wait, hs, g, id)
 		if err != nil {
-			m.giveBack(slots)
-			out = err
-			return
+			m.releaseAll(hs)
+			return nil, err
 		}
-		m.run(ctx, t, lease, gs[i].r.Name, func(ctx context.Context) error {
-			through(ctx, i+1)
-			return out
-		})
+		hs = append(hs, held{g: g, lease: lease})
 	}
-	through(ctx, 0)
-	return out, ran, late
+	return hs, nil
 }
 
 // acquire waits for a permit of g, under the lease id id (random when
-// empty), until ctx or the task's wait ends.
-func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*limiter.Lease, error) {
+// empty), until ctx, the task's wait or g's AcquireTimeout ends, or a
+// permit in hs is lost.
+func (m *middleware) acquire(ctx, wait context.Context, hs []held, g gate, id string) (*limiter.Lease, error) {
 	sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
@@ -85,13 +94,18 @@ func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*lim
 		opts = append(opts, limiter.ID(id))
 	}
 	start := time.Now()
-	// wait bounds it, and ctx too: after the first permit, ctx is the
-	// earlier lease's (ended if that lease is lost).
-	waitCtx, cancel := context.WithCancelCause(wait)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	waitCtx, cancel := bounded(wait, g.bound)
+	defer cancel()
+	waitCtx, lost := context.WithCancelCause(waitCtx)
+	defer lost(nil)
+	// After the first permit, a wait also ends when an earlier one is
+	// lost (wait already ends with the handler's ctx).
+	for _, h := range hs {
+		end := h.lease.Context()
+		stop := context.AfterFunc(end, func() { lost(context.Cause(end)) })
+		defer stop()
+	}
 	lease, err := sem.Acquire(waitCtx, opts...)
-	stop()
-	cancel(nil)
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
 		if errors.Is(err, errGateTimeout) {
@@ -103,6 +117,37 @@ func (m *middleware) acquire(ctx, wait context.Context, g gate, id string) (*lim
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
 	return lease, nil
+}
+
+// bounded returns wait, ended after d with cause errGateTimeout unless d
+// is 0.
+func bounded(wait context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		return context.WithCancel(wait)
+	}
+	return context.WithTimeoutCause(wait, d, errGateTimeout)
+}
+
+// releaseAll releases permits taken for a run that did not start, in
+// reverse order; a failure is logged, and the permit comes back at its
+// TTL.
+func (m *middleware) releaseAll(hs []held) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if err := hs[i].lease.Release(context.Background()); err != nil && !errors.Is(err, limiter.ErrNotHeld) {
+			m.opts.logger.Warn("asynqmw: release failed", "name", hs[i].g.name, "id", hs[i].lease.ID(), "err", err)
+		}
+	}
+}
+
+// runUnder runs next under the leases, nested in the order they were
+// taken (see run), and returns what next returned.
+func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, next asynq.Handler) error {
+	fn := func(ctx context.Context) error { return next.ProcessTask(ctx, t) }
+	for i := len(hs) - 1; i >= 0; i-- {
+		inner, h := fn, hs[i]
+		fn = func(ctx context.Context) error { return m.run(ctx, t, h.lease, h.g.r.Name, inner) }
+	}
+	return fn(ctx)
 }
 
 // pausedPermit is the *BusyError of a task whose wait for a permit of g
@@ -126,8 +171,9 @@ func (m *middleware) pausedPermit(ctx context.Context, g gate, err error) *BusyE
 
 // run runs fn under the lease (see limiter.Lease.Run), which releases it
 // when fn returns or panics (asynq recovers the panic), unless it was
-// lost; a loss is counted and logged, a failed release logged.
-func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) {
+// lost, and returns what fn returned: a loss is counted and logged, a
+// failed release logged, and neither turns fn's success into a failure.
+func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) error {
 	defer func() { // also when the handler panicked
 		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
 			m.opts.metrics.lost(rule)
@@ -136,11 +182,16 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Leas
 	}()
 	m.opts.metrics.runs(rule, 1)
 	defer m.opts.metrics.runs(rule, -1)
-	err := lease.Run(ctx, fn)
+	var out error
+	err := lease.Run(ctx, func(ctx context.Context) error {
+		out = fn(ctx)
+		return out
+	})
 	if errors.Is(err, limiter.ErrReleaseFailed) {
 		// Not fatal: the permit comes back when the lease's TTL runs out.
 		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
 	}
+	return out
 }
 
 // timedOut is the *BusyError of a task whose wait ran out at gate g: it

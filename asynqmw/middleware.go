@@ -117,29 +117,34 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // value or a TTL it refuses. A closed client gives limiter.ErrClosed.
 // Nothing is sent to Redis.
 //
-// A task runs its handler only within a slot of the rate of every rule
-// with a Rate that matches it, and while it holds a permit of every rule
-// with a Limit. It reserves the slots first and sleeps until them holding
-// nothing (see Rates in the package doc for why), then takes the permits
-// one after the other in the order of the rules
-// (a name's place is that of its first rule; two keys of one name go in
-// key order), so tasks matching the same rules never deadlock, and holds
-// the earlier permits while it waits for the later ones: list the
-// narrowest rules (per key) first, so that a task waiting for its
-// customer's permit does not sit on a fleet-wide one. Every process must
-// list shared rules in the same order. The permits are released in
-// reverse order when the handler returns.
+// A task runs its handler only while it holds a permit of every rule
+// with a Limit and within a slot of the rate of every rule with a Rate.
+// It takes the permits one after the other in the order of the rules (a
+// name's place is that of its first rule; two keys of one name go in key
+// order), so tasks matching the same rules never deadlock, and holds the
+// earlier permits while it waits for the later ones: list the narrowest
+// rules (per key) first, so that a task waiting for its customer's
+// permit does not sit on a fleet-wide one. Every process must list
+// shared rules in the same order. Holding its permits, it reserves its
+// slots and sleeps until them, when they are near (the time the rate
+// takes to serve the permits' holders, at most 1s): a slot then always
+// goes to a task that can use it. A slot further off (a pause, a rate
+// that other rules share) is waited for holding nothing: the task gives
+// its permits back, sleeps until the slot, and takes them again. The
+// permits are released in reverse order when the handler returns.
 //
 // While it waits, a gated task occupies one of its asynq server's
-// Concurrency slots: tasks no rule matches get only the slots left. The
-// wait for all permits is bounded by the smallest AcquireTimeout of the
-// matching rules, ending a little before the task's deadline if that
-// comes first, and on the task's last try by LastTryAcquireTimeout. If it
-// runs out, or a slot would be further off, the task gives back what it
-// took and returns a *BusyError (see IsFailure and RetryDelay); if the task's context ends first (asynq's
-// deadline, shutdown, or its own lease on the task lost), an error
-// wrapping the context's cause; a Redis failure or limiter.ErrClosed is
-// returned wrapped. asynq retries these as for any error.
+// Concurrency slots: tasks no rule matches get only the slots left. Each
+// rule's AcquireTimeout bounds the wait for its own permit and slot (the
+// whole wait, the largest of them), ending a little before the task's
+// deadline if that comes first, and on the task's last try
+// LastTryAcquireTimeout bounds it. If it runs out, or a slot would be
+// further off, the task gives back what it took and returns a
+// *BusyError (see IsFailure and RetryDelay); if the task's context ends
+// first (asynq's deadline, shutdown, or its own lease on the task lost),
+// an error wrapping the context's cause; a Redis failure or
+// limiter.ErrClosed is returned wrapped. asynq retries these as for any
+// error.
 //
 // Each run of a task (a first try, a busy re-queue, a retry after a
 // failure or a deadline) holds its own leases, with the id
@@ -245,9 +250,12 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		if len(gs) == 0 {
 			return next.ProcessTask(ctx, t)
 		}
-		acquireTimeout := gs[0].r.AcquireTimeout
-		for _, g := range gs[1:] {
-			acquireTimeout = min(acquireTimeout, g.r.AcquireTimeout)
+		var acquireTimeout time.Duration
+		for i := range gs {
+			acquireTimeout = max(acquireTimeout, gs[i].bound)
+			if lastTry(ctx) {
+				gs[i].bound = 0
+			}
 		}
 		start := time.Now()
 		// When the task's busy re-queues began (MaxGated): one lookup at

@@ -16,30 +16,113 @@ type slot struct {
 	res *limiter.Reservation
 }
 
-// reserve reserves a slot of every gate with a rate, in the gates' order,
-// each bounded by what is left of wait. When one would wait past it (a
-// *limiter.BusyError), or fails, it gives back the slots it took and
-// returns the error: a *BusyError when the rate was busy or wait ran out,
-// else the failure wrapped.
+// errFarSlot ends a task's attempt to run on the permits it holds: a
+// slot of one of its rates is further off than holdBound.
+var errFarSlot = errors.New("asynqmw: rate slot too far off to wait for holding permits")
+
+// maxHoldForSlot bounds holdBound.
+const maxHoldForSlot = time.Second
+
+// holdBound is how long a task holding its permits waits for g's slot:
+// as long as the rate takes to serve one more than the largest limit
+// among the task's gates, i.e. every holder of those permits and the
+// task (between Lateness and maxHoldForSlot). A slot further off is held
+// up by more than those holders, and the permits are better given back.
+func holdBound(g gate, gs []gate) time.Duration {
+	most := int64(1)
+	for _, h := range gs {
+		most = max(most, h.limit)
+	}
+	interval := g.r.Rate.Per / time.Duration(g.r.Rate.Events)
+	return min(max(time.Duration(most+1)*interval, limiter.Lateness), maxHoldForSlot)
+}
+
+// near gives the task, which now holds its permits, a current slot of
+// every gate with a rate, in the gates' order: the early slot reserved
+// for it, if still current or renewed (limiter.Reservation.Renew), else
+// a new one no further off than holdBound when the task holds permits.
+// A slot further off gives back the slots taken and returns errFarSlot;
+// any other error, what rateError makes of it.
+func (m *middleware) near(wait context.Context, gs []gate, early []slot) ([]slot, error) {
+	var slots []slot
+	holding := slices.ContainsFunc(gs, func(g gate) bool { return g.limit > 0 })
+	for _, g := range gs {
+		if !g.r.hasRate() {
+			continue
+		}
+		if i := slices.IndexFunc(early, func(s slot) bool { return s.g.name == g.name }); i >= 0 {
+			s := early[i]
+			if time.Since(s.res.Time()) > limiter.Lateness {
+				m.opts.metrics.slotUnused(g.r.Name)
+			}
+			ok, err := s.res.Renew(wait)
+			if err != nil {
+				m.giveBack(slots)
+				return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
+			}
+			if ok {
+				slots = append(slots, s)
+				continue
+			}
+		}
+		bound := g.bound
+		if holding && (bound == 0 || holdBound(g, gs) < bound) {
+			bound = holdBound(g, gs)
+		}
+		s, err := m.reserveOne(wait, g, bound)
+		var lb *limiter.BusyError
+		if holding && errors.As(err, &lb) {
+			err = errFarSlot
+		}
+		if err != nil {
+			m.giveBack(slots)
+			if errors.Is(err, errFarSlot) {
+				return nil, err
+			}
+			return nil, m.rateError(wait, g, err)
+		}
+		slots = append(slots, s)
+	}
+	return slots, nil
+}
+
+// reserve reserves a slot of every gate with a rate, in the gates'
+// order, each no further off than its rule's AcquireTimeout and what is
+// left of wait. When one would be further off (a *limiter.BusyError), or
+// fails, it gives back the slots it took and returns the error: a
+// *BusyError when the rate was busy or wait ran out, else the failure
+// wrapped.
 func (m *middleware) reserve(wait context.Context, gs []gate) ([]slot, error) {
 	var slots []slot
 	for _, g := range gs {
 		if !g.r.hasRate() {
 			continue
 		}
-		rl, err := m.client.RateLimit(g.name, g.r.Rate, g.r.rateOpts...)
-		var res *limiter.Reservation
-		if err == nil {
-			res, err = rl.ReserveN(wait, 1)
-		}
+		s, err := m.reserveOne(wait, g, g.bound)
 		if err != nil {
 			m.giveBack(slots)
 			return nil, m.rateError(wait, g, err)
 		}
-		m.opts.metrics.rateWaited(g.r.Name, res.Delay())
-		slots = append(slots, slot{g: g, res: res})
+		slots = append(slots, s)
 	}
 	return slots, nil
+}
+
+// reserveOne reserves a slot of g's rate no further off than bound (0:
+// none) and what is left of wait.
+func (m *middleware) reserveOne(wait context.Context, g gate, bound time.Duration) (slot, error) {
+	rl, err := m.client.RateLimit(g.name, g.r.Rate, g.r.rateOpts...)
+	if err != nil {
+		return slot{}, err
+	}
+	ctx, cancel := bounded(wait, bound)
+	defer cancel()
+	res, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		return slot{}, err
+	}
+	m.opts.metrics.rateWaited(g.r.Name, res.Delay())
+	return slot{g: g, res: res}, nil
 }
 
 // rateError turns what ended a reservation of g into what the task
@@ -89,28 +172,6 @@ func (m *middleware) sleep(wait context.Context, slots []slot) error {
 		return busy
 	}
 	return fmt.Errorf("asynqmw: wait for a rate slot: %w", err)
-}
-
-// current makes every slot current before the handler starts
-// (limiter.Reservation.Renew): a slot that the permits made later than
-// limiter.Lateness is replaced by an event now, when its rate has room
-// now (one call to Redis). It reports false when one has none: the task
-// must give its permits back and reserve anew, never holding them while
-// it waits for a slot. A Redis failure is returned wrapped.
-func (m *middleware) current(ctx context.Context, slots []slot) (bool, error) {
-	for _, s := range slots {
-		if time.Since(s.res.Time()) > limiter.Lateness {
-			m.opts.metrics.slotUnused(s.g.r.Name)
-		}
-		ok, err := s.res.Renew(ctx)
-		if err != nil {
-			return false, fmt.Errorf("asynqmw: %s: %w", s.g.name, err)
-		}
-		if !ok {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 // giveBack cancels the slots that have not come yet, so that a later

@@ -64,13 +64,12 @@ type Rule struct {
 	// TTL bounds how long a crashed worker keeps its permit (default
 	// limiter.DefaultTTL). The lease is refreshed while the handler runs.
 	TTL time.Duration
-	// AcquireTimeout bounds how long a task waits for its rate slots and
-	// permits before it returns a *BusyError and is re-queued (default
-	// 5s; 0 means the
-	// default, not an unbounded wait as for limiter.AcquireTimeout). It is
-	// the limiter's bound under the same name, for the whole run: a task
-	// matched by several rules waits at most the smallest of their
-	// AcquireTimeouts for all its permits. The last try has its own bound
+	// AcquireTimeout bounds how long a task waits for this rule's permit
+	// and rate slot before it returns a *BusyError and is re-queued
+	// (default 5s; 0 means the default, not an unbounded wait as for
+	// limiter.AcquireTimeout). A rule's bound does not cut another rule's
+	// wait short: a task matched by several rules waits for each at most
+	// its own AcquireTimeout. The last try has its own bound
 	// (LastTryAcquireTimeout), and MaxGated bounds the time across runs.
 	AcquireTimeout time.Duration
 }
@@ -93,6 +92,10 @@ type gate struct {
 	r     *rule
 	name  string // the semaphore's and rate's name: Name, or Name:key
 	limit int64  // 0: no semaphore (a rule with only a Rate)
+	// bound is how long the task waits for this gate's permit and slot
+	// (the rule's AcquireTimeout); 0 on the last try, where the task's
+	// wait (LastTryAcquireTimeout) alone bounds every gate.
+	bound time.Duration
 }
 
 func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
@@ -107,7 +110,7 @@ func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
 		}
 	}
 	if r.Key == nil {
-		return gate{r: r, name: r.Name, limit: r.Limit}, true, nil
+		return gate{r: r, name: r.Name, limit: r.Limit, bound: r.AcquireTimeout}, true, nil
 	}
 	key, ok := r.Key(ctx, t)
 	if !ok {
@@ -123,7 +126,7 @@ func (r *rule) match(ctx context.Context, t *asynq.Task) (gate, bool, error) {
 				fmt.Sprintf("for key %q: must be >= 1 and >= Weight %d", key, r.Weight)))
 		}
 	}
-	return gate{r: r, name: r.Name + ":" + key, limit: limit}, true, nil
+	return gate{r: r, name: r.Name + ":" + key, limit: limit, bound: r.AcquireTimeout}, true, nil
 }
 
 // ruleError names field of the i-th rule as a *limiter.ArgumentError.
