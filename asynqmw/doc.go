@@ -90,9 +90,15 @@
 //
 // A waiting task holds one of its asynq server's Concurrency slots: if
 // gated tasks fill every slot, tasks no rule matches wait for a slot too.
-// Short AcquireTimeouts (the task goes back to the queue and frees its
-// slot), a separate queue or server for gated tasks, or a Concurrency
-// above the rules' limits keep ungated work flowing.
+// asynq hands tasks out in queue order, so when one customer has most of
+// the backlog, handlers holding its tasks would wait on its full key
+// while other customers' tasks wait in the queue. With Park, such a task
+// (its key full, the rest of its rules with room) leaves its slot at
+// once and is put back in its queue by the key's next release: the
+// slots go to tasks that can run, and the key's tasks come back one per
+// release rather than bounce. Short AcquireTimeouts, a separate queue or
+// server for gated tasks, or a Concurrency above the rules' limits keep
+// ungated work flowing.
 //
 // The handler runs under the leases (limiter.Lease.Run): they are kept
 // alive while it runs and released, in reverse order, when it returns or

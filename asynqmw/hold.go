@@ -66,11 +66,11 @@ func (m *middleware) gated(ctx, wait context.Context, stopWait func(), t *asynq.
 // permits taken are released and the error returned.
 func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string) ([]held, error) {
 	var hs []held
-	for _, g := range gs {
+	for i, g := range gs {
 		if g.limit == 0 { // a rule with only a rate
 			continue
 		}
-		lease, err := m.acquire(ctx, wait, hs, g, id)
+		lease, err := m.acquire(ctx, wait, hs, gs[i:], id)
 		if err != nil {
 			m.releaseAll(hs)
 			return nil, err
@@ -80,10 +80,13 @@ func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string)
 	return hs, nil
 }
 
-// acquire waits for a permit of g, under the lease id id (random when
-// empty), until ctx, the task's wait or g's AcquireTimeout ends, or a
-// permit in hs is lost.
-func (m *middleware) acquire(ctx, wait context.Context, hs []held, g gate, id string) (*limiter.Lease, error) {
+// acquire waits for a permit of gs[0], under the lease id id (random
+// when empty), until ctx, the task's wait or the gate's AcquireTimeout
+// ends, or a permit in hs is lost. With Park, a Key rule's task whose
+// key is full while the later gates gs[1:] have room parks instead
+// (a *BusyError with Parked set).
+func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id string) (*limiter.Lease, error) {
+	g := gs[0]
 	sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
@@ -92,6 +95,24 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, g gate, id st
 	opts := []limiter.AcquireOption{limiter.Weight(g.r.Weight)}
 	if id != "" {
 		opts = append(opts, limiter.ID(id))
+	}
+	if m.parking != nil && g.r.Key != nil && !lastTry(ctx) {
+		lease, err := sem.TryAcquire(wait, opts...)
+		if !errors.Is(err, limiter.ErrBusy) {
+			return lease, err
+		}
+		if m.haveRoom(wait, gs[1:]) {
+			if entry, ok := m.parking.park(ctx, g.name); ok {
+				// A release between the first try and the park put back
+				// nobody: try once more, now that the next release sees us.
+				if lease, err := sem.TryAcquire(wait, opts...); !errors.Is(err, limiter.ErrBusy) {
+					m.parking.unlist(g.name, entry)
+					return lease, err
+				}
+				m.opts.metrics.requeued(g.r.Name)
+				return nil, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
+			}
+		}
 	}
 	start := time.Now()
 	waitCtx, cancel := bounded(wait, g.bound)
@@ -119,6 +140,26 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, g gate, id st
 	return lease, nil
 }
 
+// haveRoom reports whether every gate of gs with a limit would grant a
+// permit now: it takes one of each and gives it back at once.
+func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
+	for _, g := range gs {
+		if g.limit == 0 {
+			continue
+		}
+		sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
+		if err != nil {
+			return false
+		}
+		lease, err := sem.TryAcquire(ctx, limiter.Weight(g.r.Weight))
+		if err != nil {
+			return false
+		}
+		_ = lease.Release(ctx)
+	}
+	return true
+}
+
 // bounded returns wait, ended after d with cause errGateTimeout unless d
 // is 0.
 func bounded(wait context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -136,6 +177,15 @@ func (m *middleware) releaseAll(hs []held) {
 		if err := hs[i].lease.Release(context.Background()); err != nil && !errors.Is(err, limiter.ErrNotHeld) {
 			m.opts.logger.Warn("asynqmw: release failed", "name", hs[i].g.name, "id", hs[i].lease.ID(), "err", err)
 		}
+		m.released(hs[i].g)
+	}
+}
+
+// released puts back the first task parked on g's key (Park), whose
+// permit was just released.
+func (m *middleware) released(g gate) {
+	if m.parking != nil && g.r.Key != nil {
+		m.parking.unpark(g.name)
 	}
 }
 
@@ -145,7 +195,10 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 	fn := func(ctx context.Context) error { return next.ProcessTask(ctx, t) }
 	for i := len(hs) - 1; i >= 0; i-- {
 		inner, h := fn, hs[i]
-		fn = func(ctx context.Context) error { return m.run(ctx, t, h.lease, h.g.r.Name, inner) }
+		fn = func(ctx context.Context) error {
+			defer m.released(h.g)
+			return m.run(ctx, t, h.lease, h.g.r.Name, inner)
+		}
 	}
 	return fn(ctx)
 }

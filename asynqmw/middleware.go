@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter"
 )
@@ -31,6 +32,8 @@ type options struct {
 	maxGated       time.Duration
 	inspector      *asynq.Inspector
 	maxGatedSet    bool
+	park           redis.UniversalClient
+	parkSet        bool
 }
 
 // Metrics reports gated tasks, waits, busy re-queues, lost leases, rate
@@ -93,9 +96,10 @@ func MaxGated(d time.Duration, insp *asynq.Inspector) Option {
 }
 
 type middleware struct {
-	client *limiter.Client
-	rules  []*rule
-	opts   options
+	client  *limiter.Client
+	rules   []*rule
+	opts    options
+	parking *parking // nil without Park
 }
 
 // errGateTimeout ends a wait that is to be reported as busy.
@@ -191,6 +195,12 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 		case m.opts.inspector == nil:
 			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "MaxGated", Value: nil, Reason: "needs an *asynq.Inspector"})
 		}
+	}
+	if m.opts.parkSet {
+		if m.opts.park == nil {
+			return nil, fmt.Errorf("asynqmw: %w", &limiter.ArgumentError{Arg: "Park", Value: nil, Reason: "needs asynq's Redis client"})
+		}
+		m.parking = newParking(m.opts.park)
 	}
 	for _, r := range rs {
 		if err := m.limiterOptions(r); err != nil {

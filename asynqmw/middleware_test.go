@@ -28,7 +28,7 @@ import (
 // REDIS_ADDR.
 func TestMain(m *testing.M) {
 	redistest.Main(m, map[string]func() int{"crash": crashWorker, "compose": composeWorker,
-		"rate": rateWorker, "pause": pauseWorker})
+		"rate": rateWorker, "pause": pauseWorker, "park": parkWorker})
 }
 
 // childRedis names the environment variable that gives a child process
@@ -69,6 +69,12 @@ func startChildOn(t *testing.T, role, addr, queue string) *exec.Cmd {
 // SIGTERM; the limiter Client closes after the server shut down. It
 // returns the process's exit code.
 func childWorker(concurrency int, rules []asynqmw.Rule, h func(rdb *redis.Client) asynq.HandlerFunc) int {
+	return childWorkerWith(concurrency, rules, nil, h)
+}
+
+// childWorkerWith is childWorker with the middleware's options made by
+// opts (when not nil) from the child's go-redis Client.
+func childWorkerWith(concurrency int, rules []asynqmw.Rule, opts func(rdb *redis.Client) []asynqmw.Option, h func(rdb *redis.Client) asynq.HandlerFunc) int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(childRedis)})
 	defer rdb.Close()
 	lc, err := limiter.New(rdb, limiter.RestartQuarantine(0))
@@ -77,7 +83,11 @@ func childWorker(concurrency int, rules []asynqmw.Rule, h func(rdb *redis.Client
 		return 1
 	}
 	defer lc.Close(context.Background()) // after the server's shutdown, before rdb.Close
-	mw, err := asynqmw.New(lc, rules)
+	var o []asynqmw.Option
+	if opts != nil {
+		o = opts(rdb)
+	}
+	mw, err := asynqmw.New(lc, rules, o...)
 	cfg := serverConfig(concurrency)
 	if q := os.Getenv(childQueue); q != "" {
 		cfg.Queues = map[string]int{q: 1}
@@ -372,6 +382,7 @@ func TestBadConfig(t *testing.T) {
 		"ReleaseTimeout":        asynqmw.LimiterOptions(limiter.ReleaseTimeout(0)), // the limiter's
 		"LastTryAcquireTimeout": asynqmw.LastTryAcquireTimeout(0),
 		"MaxGated":              asynqmw.MaxGated(time.Minute, nil),
+		"Park":                  asynqmw.Park(nil),
 	} {
 		if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, o); !errors.As(err, &arg) || arg.Arg != opt {
 			t.Errorf("bad %s: want an *ArgumentError naming it, got %v", opt, err)

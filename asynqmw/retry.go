@@ -38,6 +38,10 @@ type BusyError struct {
 	// rule's name (its rate, or its semaphore) is paused, or the task's
 	// handler paused it (PauseError).
 	Rate, Paused bool
+	// Parked: the task left its handler slot while its Key rule's
+	// permit is taken (Park); the key's next release puts it back, and
+	// RetryIn (30s) is only the fallback.
+	Parked bool
 	// Since is when the task's busy re-queues began, with MaxGated (else
 	// zero); Exceeded says that is longer ago than MaxGated allows, which
 	// makes IsFailure count the error as a failure.
@@ -55,8 +59,11 @@ const sinceMark = " [gated since "
 // gated.
 func (e *BusyError) Error() string {
 	what := "busy"
-	if e.Paused {
+	switch {
+	case e.Paused:
 		what = "paused"
+	case e.Parked:
+		what = "busy (parked until a release)"
 	}
 	msg := fmt.Sprintf("asynqmw: %s is %s; retry in %v", e.Semaphore, what, e.RetryIn.Round(time.Millisecond))
 	if e.Exceeded {

@@ -1,0 +1,93 @@
+package asynqmw_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/asynqmw"
+	"github.com/redsem/redsem/internal/redistest"
+)
+
+// parkRules: one task per customer at a time, three in all, narrowest
+// first.
+var parkRules = []asynqmw.Rule{
+	{Name: "park-customer", Key: customerOf, Limit: 1},
+	{Name: "park-all", Limit: 3},
+}
+
+// parkWorker is a child process of TestParkedKeyFreesTheHandler: two
+// handlers, Park on, each task 400ms, its start noted and its
+// concurrency observed in Redis.
+func parkWorker() int {
+	return childWorkerWith(2, parkRules, func(rdb *redis.Client) []asynqmw.Option {
+		return []asynqmw.Option{asynqmw.Park(rdb)}
+	}, func(rdb *redis.Client) asynq.HandlerFunc {
+		return func(ctx context.Context, t *asynq.Task) error {
+			bg := context.Background()
+			cust, _ := customerOf(ctx, t)
+			rdb.RPush(bg, "starts:"+cust, time.Now().UnixMilli())
+			keys := []string{"running:all", "running:" + cust}
+			for _, k := range keys {
+				observe.Run(bg, rdb, []string{k, k + ":peak"}, 1)
+			}
+			time.Sleep(400 * time.Millisecond)
+			for _, k := range keys {
+				observe.Run(bg, rdb, []string{k, k + ":peak"}, -1)
+			}
+			rdb.Incr(bg, "done")
+			return nil
+		}
+	})
+}
+
+// Two worker processes of two handlers each, six tasks of customer a
+// queued before two of b: the tasks of a that find a's permit taken
+// while the fleet has room leave their handlers (Park), so b's first
+// task starts at once rather than after three of a's; each release of
+// a's permit puts the next one back, so all are done long before the
+// 30s fallback, and the caps hold throughout.
+func TestParkedKeyFreesTheHandler(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	ac := asynq.NewClientFromRedisClient(rdb)
+	for i := range 8 {
+		cust := "a"
+		if i >= 6 {
+			cust = "b"
+		}
+		enqueue(t, ac, asynq.NewTask("t", []byte(`{"Customer":"`+cust+`"}`)))
+	}
+	start := time.Now()
+	startChild(t, "park", srv.Addr())
+	startChild(t, "park", srv.Addr())
+	redistest.Eventually(t, 15*time.Second, "all 8 tasks done", func() bool {
+		n, _ := rdb.Get(ctx, "done").Int()
+		return n == 8
+	})
+	took := time.Since(start)
+	first := func(cust string) time.Time {
+		v, err := rdb.LIndex(ctx, "starts:"+cust, 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := strconv.ParseInt(v, 10, 64)
+		return time.UnixMilli(ms)
+	}
+	if gap := first("b").Sub(first("a")); gap > 600*time.Millisecond {
+		t.Errorf("b's first task started %v after a's: handlers sat on a's full key", gap)
+	}
+	if took > 10*time.Second {
+		t.Errorf("8 tasks took %v: parked tasks were not put back by the releases", took)
+	}
+	for key, limit := range map[string]int{"running:all:peak": 3, "running:a:peak": 1, "running:b:peak": 1} {
+		if peak, _ := rdb.Get(ctx, key).Int(); peak > limit {
+			t.Errorf("%s = %d, above its limit %d", key, peak, limit)
+		}
+	}
+}
