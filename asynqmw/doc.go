@@ -31,9 +31,13 @@
 // MaxGated caps how long a task may be re-queued so, across runs. A task
 // with no retry budget left (asynq archives such a task whatever it
 // returns) waits up to LastTryAcquireTimeout (default 1 minute) instead.
-// A wait that the task's context or the limiter Client's Close ends, or a
-// Redis failure, returns that error and asynq retries the task as for any
-// error.
+// A task that finds its name paused or its Redis in its restart
+// quarantine (a Rule's TTL, 3s by default) and cannot wait for the end
+// is re-queued once, for the end; a Redis failure re-queues it after
+// about a second (it did not run: a Redis starting or failing over is no
+// reason to spend a retry). A wait that the task's context or the
+// limiter Client's Close ends returns that error, and asynq retries the
+// task as for any error.
 //
 // # Rates
 //

@@ -87,7 +87,13 @@ func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string)
 // (a *BusyError with Parked set).
 func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id string) (*limiter.Lease, error) {
 	g := gs[0]
-	sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
+	semOpts := g.r.semOpts
+	if g.bound > 0 {
+		// The limiter's own bound, so that a wait that runs out says
+		// why (a *limiter.BusyError: full, paused, quarantined) and until when.
+		semOpts = append(semOpts[:len(semOpts):len(semOpts)], limiter.AcquireTimeout(g.bound))
+	}
+	sem, err := m.client.Semaphore(g.name, g.limit, semOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
@@ -115,9 +121,7 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 		}
 	}
 	start := time.Now()
-	waitCtx, cancel := bounded(wait, g.bound)
-	defer cancel()
-	waitCtx, lost := context.WithCancelCause(waitCtx)
+	waitCtx, lost := context.WithCancelCause(wait)
 	defer lost(nil)
 	// After the first permit, a wait also ends when an earlier one is
 	// lost (wait already ends with the handler's ctx).
@@ -129,16 +133,44 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 	lease, err := sem.Acquire(waitCtx, opts...)
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
-		if errors.Is(err, errGateTimeout) {
-			if busy := m.pausedPermit(ctx, g, err); busy != nil {
-				return nil, busy
-			}
-			return nil, m.timedOut(g, err)
-		}
-		return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
+		return nil, m.notAcquired(ctx, g, err)
 	}
 	return lease, nil
 }
+
+// notAcquired is what a task returns when its wait for g's permit ended
+// with err: a *BusyError that re-queues it when the wait ran out, at the
+// end of a pause or a restart quarantine (the limiter knows when), else
+// after about AcquireTimeout; else what failed makes of err.
+func (m *middleware) notAcquired(ctx context.Context, g gate, err error) error {
+	var lb *limiter.BusyError
+	switch {
+	case errors.As(err, &lb) && (lb.Paused || lb.Restarted):
+		m.opts.metrics.requeued(g.r.Name)
+		return &BusyError{Semaphore: g.name, RetryIn: later(max(lb.RetryIn, minRetryIn)), Paused: lb.Paused, Err: err}
+	case errors.Is(err, limiter.ErrBusy), errors.Is(err, errGateTimeout):
+		return m.timedOut(g, err)
+	}
+	return m.failed(ctx, g, err)
+}
+
+// failed is what a task returns when the wait for g's permit or slot
+// ended with err, neither busy nor timed out: err wrapped when the
+// task's context ended, the Client closed, or the input is bad; else
+// (Redis failed) a *BusyError that re-queues the task after about a
+// second: it did not run, and a Redis that is starting or failing over
+// is no reason to spend a retry (MaxGated bounds how long).
+func (m *middleware) failed(ctx context.Context, g gate, err error) error {
+	if ctx.Err() != nil || errors.Is(err, limiter.ErrClosed) || errors.Is(err, limiter.ErrInvalidArgument) ||
+		errors.Is(err, limiter.ErrLeaseLost) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("asynqmw: %s: %w", g.name, err)
+	}
+	m.opts.metrics.requeued(g.r.Name)
+	return &BusyError{Semaphore: g.name, RetryIn: jitter(unreachableRetryIn), Err: err}
+}
+
+// unreachableRetryIn is when a task whose Redis failed comes back.
+const unreachableRetryIn = time.Second
 
 // haveRoom reports whether every gate of gs with a limit would grant a
 // permit now: it takes one of each and gives it back at once.
@@ -201,25 +233,6 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 		}
 	}
 	return fn(ctx)
-}
-
-// pausedPermit is the *BusyError of a task whose wait for a permit of g
-// ran out while g's name is paused (limiter.Inspector.Pause: its
-// semaphore grants nothing new until then), or nil when it is not: the
-// task comes back at the pause's end (spread over [1, 1½)×), as for a
-// paused rate, rather than after AcquireTimeout to find it still paused.
-// The semaphore's wait does not say why it ended, so the pause is read
-// from Redis: one call, on this path only, bounded by pauseTimeout; if it
-// fails, the task is re-queued as for a full semaphore.
-func (m *middleware) pausedPermit(ctx context.Context, g gate, err error) *BusyError {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
-	defer cancel()
-	st, rerr := m.client.Inspector().Rate(ctx, g.name)
-	if rerr != nil || st.Paused <= 0 {
-		return nil
-	}
-	m.opts.metrics.requeued(g.r.Name)
-	return &BusyError{Semaphore: g.name, RetryIn: later(max(st.Paused, minRetryIn)), Paused: true, Err: err}
 }
 
 // run runs fn under the lease (see limiter.Lease.Run), which releases it

@@ -140,13 +140,14 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // While it waits, a gated task occupies one of its asynq server's
 // Concurrency slots: tasks no rule matches get only the slots left. Each
 // rule's AcquireTimeout bounds the wait for its own permit and slot (the
-// whole wait, the largest of them), ending a little before the task's
-// deadline if that comes first, and on the task's last try
-// LastTryAcquireTimeout bounds it. If it runs out, or a slot would be
-// further off, the task gives back what it took and returns a
-// *BusyError (see IsFailure and RetryDelay); if the task's context ends
-// first (asynq's deadline, shutdown, or its own lease on the task lost),
-// an error wrapping the context's cause; a Redis failure or
+// whole wait, the sum of them and a second), ending a little before the
+// task's deadline if that comes first, and on the task's last try
+// LastTryAcquireTimeout bounds it. If it runs out, a slot would be
+// further off, or Redis fails, the task gives back what it took and
+// returns a *BusyError (see IsFailure and RetryDelay; RetryIn is the end
+// of a pause or a restart quarantine when the wait ran out for one);
+// if the task's context ends first (asynq's deadline, shutdown, or its
+// own lease on the task lost), an error wrapping the context's cause;
 // limiter.ErrClosed is returned wrapped. asynq retries these as for any
 // error.
 //
@@ -260,9 +261,11 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		if len(gs) == 0 {
 			return next.ProcessTask(ctx, t)
 		}
-		var acquireTimeout time.Duration
+		// Each gate's bound, one after the other, and a second more, so
+		// that a gate's own bound (which says why) ends a wait first.
+		acquireTimeout := time.Second
 		for i := range gs {
-			acquireTimeout = max(acquireTimeout, gs[i].bound)
+			acquireTimeout += gs[i].bound
 			if lastTry(ctx) {
 				gs[i].bound = 0
 			}

@@ -58,7 +58,7 @@ func (m *middleware) near(wait context.Context, gs []gate, early []slot) ([]slot
 			ok, err := s.res.Renew(wait)
 			if err != nil {
 				m.giveBack(slots)
-				return nil, fmt.Errorf("asynqmw: %s: %w", g.name, err)
+				return nil, m.failed(wait, g, err)
 			}
 			if ok {
 				slots = append(slots, s)
@@ -141,7 +141,7 @@ func (m *middleware) rateError(wait context.Context, g gate, err error) error {
 		busy.Rate = true
 		return busy
 	}
-	return fmt.Errorf("asynqmw: %s: %w", g.name, err)
+	return m.failed(wait, g, err)
 }
 
 // sleep waits for the latest of the slots (limiter.Reservation.Wait).

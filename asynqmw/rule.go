@@ -16,6 +16,12 @@ import (
 // half the limiter's, since a waiting task holds an asynq worker slot.
 const defaultAcquireTimeout = 5 * time.Second
 
+// defaultTTL is a Rule's TTL when it does not say: short, since it is
+// also how long a restarted Redis runs no task (the restart quarantine),
+// and a handler's lease is kept alive in bulk, one call per name and
+// process every TTL/3.
+const defaultTTL = 3 * time.Second
+
 // Rule maps tasks to a semaphore, a rate limit, or both. Every rule that
 // matches a task applies: the task runs only within a rate slot of each
 // rule with a Rate and while it holds a permit of each rule with a Limit
@@ -61,8 +67,10 @@ type Rule struct {
 	// bad rate makes New return a *limiter.ArgumentError naming
 	// rules[i].Rate; a Redlock client, limiter.ErrRatesUnsupported.
 	Rate limiter.Rate
-	// TTL bounds how long a crashed worker keeps its permit (default
-	// limiter.DefaultTTL). The lease is refreshed while the handler runs.
+	// TTL bounds how long a crashed worker keeps its permit, and how
+	// long a Redis that restarted empty grants none (the restart
+	// quarantine; default 3s). The lease is refreshed every TTL/3 while
+	// the handler runs: one call per name and process each time.
 	TTL time.Duration
 	// AcquireTimeout bounds how long a task waits for this rule's permit
 	// and rate slot before it returns a *BusyError and is re-queued
@@ -178,7 +186,7 @@ func validate(rules []Rule) ([]*rule, error) {
 			r.Weight = 1
 		}
 		if r.TTL == 0 {
-			r.TTL = limiter.DefaultTTL
+			r.TTL = defaultTTL
 		}
 		if r.AcquireTimeout == 0 {
 			r.AcquireTimeout = defaultAcquireTimeout
