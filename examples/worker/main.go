@@ -221,17 +221,20 @@ func run(c config, out *os.File) (err error) {
 	go web.Serve(ln)
 	defer web.Close()
 
-	// Every matching rule applies, in this order: a task first waits for
-	// its slot of the fleet-wide rate (holding nothing), then gets its
-	// customer's permit, then one of the fleet-wide ones, so that a
-	// customer's backlog waits without sitting on fleet-wide permits.
-	// The rate is a tenth under the API's: a call reaches the API a
-	// little after its slot, by a varying delay (network, scheduling).
+	// Every matching rule applies, in this order: a task first gets its
+	// customer's permit, then one of the fleet-wide ones, then a near
+	// slot of the fleet-wide rate, so that a customer's backlog waits
+	// without sitting on fleet-wide permits. With Park, a task whose
+	// customer is at its cap while the fleet has room leaves its handler
+	// to other customers' tasks and comes back at its customer's next
+	// release. The rate is a tenth under the API's: a call reaches the
+	// API a little after its slot, by a varying delay (network,
+	// scheduling).
 	rate := limiter.Rate{Events: max(c.rate-c.rate/10, 1), Per: time.Second, Burst: 1}
 	mw, err := asynqmw.New(lc, []asynqmw.Rule{
-		{Name: "partner-api-customer", TypePrefix: "partner:", Key: customerOf, Limit: c.perCustomer, AcquireTimeout: time.Second},
-		{Name: "partner-api", TypePrefix: "partner:", Limit: c.limit, Rate: rate, AcquireTimeout: time.Second},
-	}, asynqmw.Metrics(metrics), asynqmw.Logger(slog.New(slog.DiscardHandler)))
+		{Name: "partner-api-customer", TypePrefix: "partner:", Key: customerOf, Limit: c.perCustomer},
+		{Name: "partner-api", TypePrefix: "partner:", Limit: c.limit, Rate: rate},
+	}, asynqmw.Park(rdb), asynqmw.Metrics(metrics), asynqmw.Logger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return err
 	}
