@@ -103,21 +103,9 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 		opts = append(opts, limiter.ID(id))
 	}
 	if m.parking != nil && g.r.Key != nil && !lastTry(ctx) {
-		lease, err := sem.TryAcquire(wait, opts...)
-		if !errors.Is(err, limiter.ErrBusy) {
+		lease, done, err := m.tryOrPark(ctx, wait, sem, opts, gs)
+		if done {
 			return lease, err
-		}
-		if m.haveRoom(wait, gs[1:]) {
-			if entry, ok := m.parking.park(ctx, g.name); ok {
-				// A release between the first try and the park put back
-				// nobody: try once more, now that the next release sees us.
-				if lease, err := sem.TryAcquire(wait, opts...); !errors.Is(err, limiter.ErrBusy) {
-					m.parking.unlist(g.name, entry)
-					return lease, err
-				}
-				m.opts.metrics.requeued(g.r.Name)
-				return nil, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
-			}
 		}
 	}
 	start := time.Now()
@@ -172,6 +160,40 @@ func (m *middleware) failed(ctx context.Context, g gate, err error) error {
 // unreachableRetryIn is when a task whose Redis failed comes back.
 const unreachableRetryIn = time.Second
 
+// tryOrPark takes a permit of the Key rule's gate gs[0] of sem if one is
+// free, or parks the task when its key is full while the later gates
+// gs[1:] have room; done is false when the task is to wait for the
+// permit instead (the later gates are full too, the key is paused or in
+// its restart quarantine, which no release ends, or the park failed).
+func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore, opts []limiter.AcquireOption, gs []gate) (lease *limiter.Lease, done bool, err error) {
+	g := gs[0]
+	lease, err = sem.TryAcquire(wait, opts...)
+	var lb *limiter.BusyError
+	switch {
+	case err == nil:
+		return lease, true, nil
+	case !errors.As(err, &lb):
+		return nil, true, m.failed(ctx, g, err)
+	case lb.Paused || lb.Restarted || !m.haveRoom(wait, gs[1:]):
+		return nil, false, nil
+	}
+	entry, ok := m.parking.park(ctx, g.name)
+	if !ok {
+		return nil, false, nil
+	}
+	// A release between the try and the park put back nobody: try once
+	// more, now that the next release sees this task.
+	if lease, err := sem.TryAcquire(wait, opts...); !errors.Is(err, limiter.ErrBusy) {
+		m.parking.unlist(g.name, entry)
+		if err != nil {
+			return nil, true, m.failed(ctx, g, err)
+		}
+		return lease, true, nil
+	}
+	m.opts.metrics.requeued(g.r.Name)
+	return nil, true, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
+}
+
 // haveRoom reports whether every gate of gs with a limit would grant a
 // permit now: it takes one of each and gives it back at once.
 func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
@@ -187,7 +209,7 @@ func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
 		if err != nil {
 			return false
 		}
-		_ = lease.Release(ctx)
+		_ = lease.Release(context.WithoutCancel(ctx)) // bounded by ReleaseTimeout
 	}
 	return true
 }
