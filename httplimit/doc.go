@@ -63,7 +63,10 @@
 // the upstream answers 429 or 503 with Retry-After, for as long as it
 // asks, at most 5 minutes (PauseOnRetryAfter sets the bound, or turns it
 // off): its rate gives no slot and its semaphore no new permit before
-// the end, so that no process sends before the upstream said to.
+// the end, so that no process sends before the upstream said to. That
+// holds for the requests whose slots were reserved before the 429 too:
+// the pause moves them past its end, in every process, in the order they
+// were reserved (limiter.Reservation).
 //
 // # Semaphores
 //

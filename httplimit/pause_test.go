@@ -180,3 +180,77 @@ func TestMiddlewarePausedPermit(t *testing.T) {
 		}
 	}
 }
+
+// The fleet: two Clients' Transports (two processes, as far as
+// Redis can tell) send at 30/s to an upstream that answers one request
+// 429 with Retry-After: 1. The requests whose slots were reserved before
+// the 429 (up to 12, 400ms ahead) are held past the Retry-After with the
+// rest: none reaches the upstream inside it, beyond the few ms in which
+// one whose slot had come was already on its way; a request that did
+// would be answered 429 again, as a real API does, and pause the fleet
+// anew.
+func TestTransportHoldsRequestsReservedBeforeA429(t *testing.T) {
+	e := newEnv(t)
+	const retryAfter = time.Second
+	const onItsWay = 25 * time.Millisecond
+	var (
+		mu       sync.Mutex
+		served   int
+		told     time.Time // when the 429 was answered
+		inside   []time.Duration
+		afterEnd int
+	)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		served++
+		switch {
+		case served == 9:
+			told = now
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+			w.WriteHeader(http.StatusTooManyRequests)
+		case !told.IsZero() && now.Before(told.Add(retryAfter)):
+			if now.Sub(told) > onItsWay {
+				inside = append(inside, now.Sub(told))
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
+			w.WriteHeader(http.StatusTooManyRequests)
+		case !told.IsZero():
+			afterEnd++
+		}
+	})
+	cfg := httplimit.TransportConfig{Name: "fleet", Rate: limiter.Rate{Events: 30, Per: time.Second, Burst: 1}, AcquireTimeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, lc := range []*limiter.Client{e.lc, e.other(t)} {
+		hc := httpClient(t, transport(t, lc, cfg))
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < 2*time.Second {
+					resp, err := hc.Get(up.URL)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if told.IsZero() {
+		t.Fatal("the upstream never answered 429")
+	}
+	for _, d := range inside {
+		t.Errorf("a request reached the upstream %v after its 429, inside the Retry-After of %v", d.Round(time.Millisecond), retryAfter)
+	}
+	if afterEnd < 5 {
+		t.Errorf("%d requests after the Retry-After, want the rate's", afterEnd)
+	}
+	t.Logf("%d requests; %d inside the Retry-After, %d after it", served, len(inside), afterEnd)
+}

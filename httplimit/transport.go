@@ -91,7 +91,12 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // PauseOnRetryAfter's bound (5 minutes by default), with a Rate, a Limit
 // or both: later requests get slots after the pause, paced by the rate
 // from there, and a request whose slot would come after AcquireTimeout
-// fails at once as above; the semaphore grants no new permit before the
+// fails at once as above. Requests whose slots were reserved before the
+// 429, in this process or another, and have not come yet are held too:
+// the pause moves their slots past its end, in the order they were
+// reserved and ahead of later ones (limiter.Reservation), a few ms after
+// the 429; one moved past AcquireTimeout fails with the rate's
+// *limiter.BusyError, Paused set. The semaphore grants no new permit before the
 // end (waiters are served in order from then), so a request still
 // waiting when AcquireTimeout runs out fails with the semaphore's
 // *limiter.BusyError, Paused set and RetryIn until the end (at once when

@@ -41,7 +41,8 @@
 //   - reservation: the time a RateLimit gave an event; Cancel gives it
 //     back while nothing was reserved after it.
 //   - pause: a time before which a name grants nothing, in Redis, seen by
-//     every process.
+//     every process; it moves the reservations made before it past its
+//     end, in order (Reservation).
 //   - loss: a lease ending while its holder counted on it (ErrLeaseLost).
 //   - restart quarantine: a server younger than RestartQuarantine grants
 //     nothing on a name it has no state for.

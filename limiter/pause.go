@@ -19,13 +19,17 @@ const MaxPause = 24 * time.Hour
 // the pause's end, the head woken by a timer (no polling). Its RateLimit
 // gives no event a time before the end, and then paces them from there
 // (no burst at the end: an API that answered 429 is not sent a burst the
-// moment it said to come back). A
-// pause already set for longer stays; Pause never shortens one (Unpause
-// lifts it). It returns how long name is paused for from now. Events
-// reserved before the pause keep their times. d outside (0, 24h] gives an
+// moment it said to come back). Events reserved before the pause whose
+// times have not come are moved on by what the pause added, in the order
+// and at the pace they were reserved in, ahead of those reserved later:
+// every Client that holds one hears of the pause on its pub/sub
+// connection and moves it (Reservation), a few ms after the call; one
+// whose connection is down then keeps its times. A pause already set for
+// longer stays; Pause never shortens one (Unpause lifts it). It returns
+// how long name is paused for from now. d outside (0, 24h] gives an
 // *ArgumentError; a Redlock Client gives ErrRatesUnsupported; a Redis
 // failure, or ctx ending, is returned wrapped (the pause may have been
-// set all the same).
+// set all the same, and its reservations moved).
 func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
 	if d <= 0 || d > MaxPause {
 		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", MaxPause))
@@ -38,8 +42,9 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 }
 
 // Unpause lifts name's pause and wakes the semaphore's waiters that fit.
-// Rate events reserved during the pause keep their times (they were told
-// when to go); new ones are timed after them. Errors are Pause's.
+// Rate events reserved during the pause, or moved by it, keep their times
+// (they were told when to go); new ones are timed after them. Errors are
+// Pause's.
 func (i *Inspector) Unpause(ctx context.Context, name string) error {
 	_, err := i.pause(ctx, name, 0)
 	return err
@@ -50,8 +55,8 @@ func (i *Inspector) pause(ctx context.Context, name string, d time.Duration) (ti
 	if err != nil {
 		return 0, err
 	}
-	k := store.NewKeyspace(i.c.cfg.prefix, name, 1)
-	left, woken, err := st.Pause(ctx, k, d, i.c.hub.channel(k.WakeChannel(i.c.id)))
+	k := store.NewPauseKeyspace(i.c.cfg.prefix, name)
+	left, woken, err := st.Pause(ctx, k, d, i.c.hub.channel(k.WakeChannel(i.c.id)), store.PauseChannel(i.c.cfg.prefix))
 	i.c.hub.wake(woken)
 	if err != nil {
 		return 0, redisError("pause", name, err)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/store"
@@ -172,10 +174,13 @@ func (rl *RateLimit) AllowN(ctx context.Context, n int64) (bool, error) {
 // Wait waits until an event may happen: as WaitN(ctx, 1).
 func (rl *RateLimit) Wait(ctx context.Context) error { return rl.WaitN(ctx, 1) }
 
-// WaitN reserves the time of an event of cost n and sleeps until then. It
-// returns at once with a *BusyError (matching ErrBusy, and ErrTimeout)
-// whose RetryIn is the wait, reserving nothing, when the wait would end
-// after ctx's deadline or AcquireTimeout. When ctx ends during the sleep
+// WaitN reserves the time of an event of cost n and sleeps until then
+// (ReserveN, then Reservation.Wait: a pause set meanwhile moves the time
+// past its end). It returns at once with a *BusyError (matching ErrBusy,
+// and ErrTimeout) whose RetryIn is the wait, reserving nothing, when the
+// wait would end after ctx's deadline or AcquireTimeout, and with one
+// (Paused set, the time given back) when a pause moves it past
+// AcquireTimeout during the sleep. When ctx ends during the sleep
 // the reservation is given back where it can be (nothing was reserved
 // after it) and ctx's error is returned; when the Client closes, the
 // same with ErrClosed. Bad input gives an
@@ -190,12 +195,15 @@ func (rl *RateLimit) WaitN(ctx context.Context, n int64) error {
 }
 
 // ReserveN reserves the time of an event of cost n, bounded as WaitN,
-// and returns it without sleeping: the caller acts at its Time, or
-// Cancels it. Errors are WaitN's.
+// and returns it without sleeping: the caller acts at its Time (Wait), or
+// Cancels it. Until its time comes, a pause of the name that this Client
+// hears of moves its time past the pause's end (see Reservation). Errors
+// are WaitN's.
 func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error) {
 	if ctx == nil {
 		return nil, argError("ctx", nil, "must not be nil")
 	}
+	start := time.Now()
 	rep, err := rl.reserve(ctx, n, rl.maxWait(ctx))
 	if err != nil {
 		return nil, err
@@ -203,7 +211,14 @@ func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error
 	if !rep.Reserved {
 		return nil, &BusyError{Name: rl.name, Weight: n, RetryIn: rep.Wait, Paused: rep.Paused, Rate: true, timedOut: true}
 	}
-	return &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next}, nil
+	r := &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next}
+	if rep.Next != "" { // its time is to come: a pause may move it
+		if rl.cfg.acquireTimeout > 0 {
+			r.limit = start.Add(rl.cfg.acquireTimeout)
+		}
+		rl.c.hub.holds.hold(r)
+	}
+	return r, nil
 }
 
 // maxWait is how long ctx's deadline and AcquireTimeout let a reservation
@@ -255,39 +270,80 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 }
 
 // Reservation is the time an event was given by a RateLimit.
+//
+// A pause of the name (Inspector.Pause: an upstream's 429) set after the
+// time was reserved moves it on: the pause moves the name's whole
+// schedule by what it added, in Redis, and tells every Client by pub/sub;
+// each moves its reservations whose time has not come, so the events
+// keep the order and the pace they were reserved in (across processes),
+// the first goes at the pause's end, and those reserved after the pause
+// go after them. Time, Delay and Wait follow. Hearing of it costs nothing
+// while no pause is set: the Client's one pub/sub connection, opened by
+// its first reservation that has to wait, carries the notices. A pause
+// set while that connection is down, or in the round trip after it was
+// opened, is not heard: reservations then keep their times.
 type Reservation struct {
 	rl         *RateLimit
 	n          int64
-	at         time.Time
-	prev, next string
+	at         time.Time // as reserved
+	prev, next string    // the rate's tat before and after it ("": it went at once)
+	limit      time.Time // AcquireTimeout's bound on its time (zero: none)
+
+	// While it is held (holds.hold to holds.drop), the pauses its
+	// Client hears of move it (holds.paused):
+	nextUS int64         // next, parsed
+	moved  atomic.Int64  // µs they moved it on
+	kick   chan struct{} // tells Wait it moved
+	held   bool          // under holds.mu
 }
 
-// Time is when the event may happen (this process's clock).
-func (r *Reservation) Time() time.Time { return r.at }
+// Time is when the event may happen (this process's clock), moved on by
+// the pauses this Client heard of since it was reserved.
+func (r *Reservation) Time() time.Time { return r.at.Add(r.movedBy()) }
 
 // Delay is how long from now until the event may happen (0: now).
-func (r *Reservation) Delay() time.Duration { return max(time.Until(r.at), 0) }
+func (r *Reservation) Delay() time.Duration { return max(time.Until(r.Time()), 0) }
+
+func (r *Reservation) movedBy() time.Duration {
+	return time.Duration(r.moved.Load()) * time.Microsecond
+}
 
 // Cancel gives the reservation back, so that a later caller may have its
 // time, when nothing was reserved after it (later callers have their
 // times already) and its time has not come; it reports whether it did.
 // Its call to Redis is bounded by ReleaseTimeout and not by ctx's
 // cancellation, as Release's; a Redis failure is returned wrapped.
+// A pause no longer moves it afterwards.
 func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		return false, argError("ctx", nil, "must not be nil")
 	}
-	if !time.Now().Before(r.at) {
+	r.rl.c.hub.holds.drop(r)
+	if !time.Now().Before(r.Time()) {
 		return false, nil
+	}
+	prev, next := r.prev, r.next
+	if m := r.moved.Load(); m != 0 {
+		// pause.lua moved the rate's tat on by as much.
+		prev, next = addMicros(prev, m), addMicros(next, m)
 	}
 	rl := r.rl
 	ctx, cancel := context.WithTimeout(detach(ctx), rl.cfg.releaseTimeout)
 	defer cancel()
-	ok, err := bounded(rl.c, ctx, func() (bool, error) { return rl.st.Unreserve(ctx, rl.keys, r.prev, r.next) })
+	ok, err := bounded(rl.c, ctx, func() (bool, error) { return rl.st.Unreserve(ctx, rl.keys, prev, next) })
 	if err != nil {
 		return false, redisError("cancel reservation", rl.name, err)
 	}
 	return ok, nil
+}
+
+// addMicros adds m to the decimal s (a tat in µs).
+func addMicros(s string, m int64) string {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return s
+	}
+	return strconv.FormatInt(n+m, 10)
 }
 
 // Lateness is how long after its reservation's time an event may start
@@ -304,41 +360,189 @@ const Lateness = 20 * time.Millisecond
 // event now (AllowN of its cost: one call to Redis) and reports whether
 // the rate had room; if not, the event must not start, and should
 // reserve anew (without holding what it waited for, such as a permit,
-// meanwhile). A reservation still current reports true at once. A Redis
-// failure is returned wrapped; ctx bounds the call.
+// meanwhile). A reservation still current reports true at once; one that
+// a pause moved to a time still to come reports false at once (the
+// event must not start: Cancel it, or Wait for it). A pause no longer
+// moves it afterwards. A Redis failure is returned wrapped; ctx bounds
+// the call.
 func (r *Reservation) Renew(ctx context.Context) (bool, error) {
-	if time.Since(r.at) <= Lateness {
+	r.rl.c.hub.holds.drop(r)
+	if r.moved.Load() != 0 && time.Now().Before(r.Time()) {
+		return false, nil
+	}
+	if time.Since(r.Time()) <= Lateness {
 		return true, nil
 	}
 	ok, err := r.rl.AllowN(ctx, r.n)
 	if ok {
 		r.at = time.Now()
+		r.moved.Store(0)
 	}
 	return ok, err
 }
 
-// Wait sleeps until the reservation's time. When ctx ends first it gives
-// the reservation back where it can (Cancel) and returns ctx's error
-// wrapped; when the Client closes first, the same with ErrClosed.
+// Wait sleeps until the reservation's time, following the pauses that
+// move it meanwhile (see Reservation). When ctx ends first it gives the
+// reservation back where it can (Cancel) and returns ctx's error wrapped;
+// when the Client closes first, the same with ErrClosed. When a pause
+// moves the time past AcquireTimeout's bound (counted from ReserveN), it
+// gives it back and returns at once a *BusyError (matching ErrBusy and
+// ErrTimeout) with Rate and Paused set and RetryIn the wait it would have
+// had, as ReserveN would have; moved past ctx's deadline, it waits for
+// ctx to end as above. A pause no longer moves it once Wait returned.
 func (r *Reservation) Wait(ctx context.Context) error {
 	if ctx == nil {
 		return argError("ctx", nil, "must not be nil")
 	}
-	d := r.Delay()
-	if d == 0 {
-		return nil
+	rl := r.rl
+	defer rl.c.hub.holds.drop(r)
+	var t *time.Timer
+	for {
+		d := r.Delay()
+		if d == 0 {
+			return nil
+		}
+		if r.moved.Load() != 0 && !r.limit.IsZero() && r.Time().After(r.limit) {
+			rl.cfg.metrics.rated(rl.name, outcomeCanceled, 0)
+			_, _ = r.Cancel(ctx)
+			return &BusyError{Name: rl.name, Weight: r.n, RetryIn: d, Paused: true, Rate: true, timedOut: true}
+		}
+		if t == nil {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		} else {
+			t.Reset(d)
+		}
+		select {
+		case <-t.C:
+		case <-r.kick: // moved: sleep again until the new time
+		case <-ctx.Done():
+			rl.cfg.metrics.rated(rl.name, outcomeCanceled, 0)
+			_, _ = r.Cancel(ctx)
+			return fmt.Errorf("limiter: wait %q: %w", rl.name, context.Cause(ctx))
+		case <-rl.c.ctx.Done():
+			_, _ = r.Cancel(context.Background())
+			return fmt.Errorf("limiter: wait %q: %w", rl.name, ErrClosed)
+		}
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+}
+
+// holds are a Client's reservations whose time may still move: from
+// ReserveN until Wait returns, Cancel or Renew (or their time passed,
+// when none of those is called), by rate key. A pause notice heard
+// (store.PauseNotice) moves those it names; notices are kept a while
+// (noticeKeep), for the reservations whose replies were on their way when
+// the notice came: a reservation made before the pause has a Next at
+// most the notice's Tat whenever it is seen.
+type holds struct {
+	mu      sync.Mutex
+	by      map[string]*heldRate
+	notices []heard // oldest first
+}
+
+type heldRate struct {
+	rs      map[*Reservation]struct{}
+	sweepAt int // sweep the passed ones when rs grows to this
+}
+
+type heard struct {
+	n  store.PauseNotice
+	at time.Time
+}
+
+// noticeKeep is how long a pause notice is kept for the reservations
+// whose replies come after it: far above a round trip.
+const noticeKeep = 5 * time.Second
+
+// hold makes r follow the pauses this Client hears of, and starts
+// listening for them.
+func (h *holds) hold(r *Reservation) {
+	next, err := strconv.ParseInt(r.next, 10, 64)
+	if err != nil {
+		return
+	}
+	r.nextUS, r.kick, r.held = next, make(chan struct{}, 1), true
+	key := r.rl.keys.Keys[0]
+	now := time.Now()
+	h.mu.Lock()
+	if h.by == nil {
+		h.by = map[string]*heldRate{}
+	}
+	hr := h.by[key]
+	if hr == nil {
+		hr = &heldRate{rs: map[*Reservation]struct{}{}, sweepAt: 64}
+		h.by[key] = hr
+	}
+	hr.rs[r] = struct{}{}
+	if len(hr.rs) >= hr.sweepAt {
+		// Reservations whose time passed and that nobody dropped: a
+		// caller of ReserveN that sleeps by itself. Swept when the set
+		// doubled, so each costs O(1).
+		for x := range hr.rs {
+			if !x.Time().After(now) {
+				delete(hr.rs, x)
+				x.held = false
+			}
+		}
+		hr.sweepAt = max(2*len(hr.rs), 64)
+	}
+	for _, n := range h.notices {
+		if n.n.Key == key && now.Sub(n.at) < noticeKeep {
+			r.pausedBy(n.n, now)
+		}
+	}
+	h.mu.Unlock()
+	r.rl.c.hub.listen()
+}
+
+// drop stops r following pauses.
+func (h *holds) drop(r *Reservation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !r.held {
+		return
+	}
+	r.held = false
+	key := r.rl.keys.Keys[0]
+	if hr := h.by[key]; hr != nil {
+		delete(hr.rs, r)
+		if len(hr.rs) == 0 {
+			delete(h.by, key)
+		}
+	}
+}
+
+// paused moves the reservations that n names, and keeps n for those whose
+// replies are still on their way.
+func (h *holds) paused(n store.PauseNotice) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keep := h.notices[:0]
+	for _, o := range h.notices {
+		if now.Sub(o.at) < noticeKeep {
+			keep = append(keep, o)
+		}
+	}
+	h.notices = append(keep, heard{n: n, at: now})
+	if hr := h.by[n.Key]; hr != nil {
+		for r := range hr.rs {
+			r.pausedBy(n, now)
+		}
+	}
+}
+
+// pausedBy moves r on by n's pause when r was reserved before it and its
+// time has not come (an event whose time came is under way). Called with
+// holds.mu held.
+func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
+	m := r.moved.Load()
+	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
+		return
+	}
+	r.moved.Add(n.Moved)
 	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		r.rl.cfg.metrics.rated(r.rl.name, outcomeCanceled, 0)
-		_, _ = r.Cancel(ctx)
-		return fmt.Errorf("limiter: wait %q: %w", r.rl.name, context.Cause(ctx))
-	case <-r.rl.c.ctx.Done():
-		_, _ = r.Cancel(context.Background())
-		return fmt.Errorf("limiter: wait %q: %w", r.rl.name, ErrClosed)
+	case r.kick <- struct{}{}:
+	default:
 	}
 }

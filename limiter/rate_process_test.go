@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 // REDSEM_GOROUTINES goroutines until REDSEM_UNTIL_MS (unix ms). After
 // each Wait it appends this machine's clock, in µs, to the list
 // events:{name}: the observer's log, which the library does not know of.
+// Each entry is "at reserved": when the event went, and the time its
+// reservation was given (ReserveN's Time, before a pause moved it).
 func runRateChild() int {
 	rdb := childClient()
 	defer rdb.Close()
@@ -52,7 +55,13 @@ func runRateChild() int {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				if err := rl.Wait(ctx); err != nil {
+				r, err := rl.ReserveN(ctx, 1)
+				var reserved time.Time
+				if err == nil {
+					reserved = r.Time()
+					err = r.Wait(ctx)
+				}
+				if err != nil {
 					if ctx.Err() == nil && !limiterTimedOut(err) {
 						errs <- err
 						return
@@ -60,7 +69,8 @@ func runRateChild() int {
 					continue
 				}
 				at := time.Now().UnixMicro()
-				if err := rdb.RPush(context.Background(), "events:{"+name+"}", at).Err(); err != nil {
+				entry := fmt.Sprint(at, " ", reserved.UnixMicro())
+				if err := rdb.RPush(context.Background(), "events:{"+name+"}", entry).Err(); err != nil {
 					errs <- err
 					return
 				}
@@ -103,6 +113,21 @@ func startRaters(t *testing.T, b backend, name, rate string, n, goroutines int, 
 // sorted.
 func eventTimes(t *testing.T, b backend, name string, cmds []*exec.Cmd) []time.Time {
 	t.Helper()
+	var out []time.Time
+	for _, e := range events(t, b, name, cmds) {
+		out = append(out, e.at)
+	}
+	return out
+}
+
+// event is an entry of the observer's log: when the event went, and the
+// time its reservation was given.
+type event struct{ at, reserved time.Time }
+
+// events waits for the children and returns the observer's log, in the
+// order the events went.
+func events(t *testing.T, b backend, name string, cmds []*exec.Cmd) []event {
+	t.Helper()
 	for _, c := range cmds {
 		if err := c.Wait(); err != nil {
 			t.Fatal(err)
@@ -112,12 +137,14 @@ func eventTimes(t *testing.T, b backend, name string, cmds []*exec.Cmd) []time.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []time.Time
+	var out []event
 	for _, s := range raw {
-		us, _ := strconv.ParseInt(s, 10, 64)
-		out = append(out, time.UnixMicro(us))
+		at, reserved, _ := strings.Cut(s, " ")
+		us, _ := strconv.ParseInt(at, 10, 64)
+		rus, _ := strconv.ParseInt(reserved, 10, 64)
+		out = append(out, event{at: time.UnixMicro(us), reserved: time.UnixMicro(rus)})
 	}
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	slices.SortFunc(out, func(a, b event) int { return a.at.Compare(b.at) })
 	return out
 }
 
@@ -175,9 +202,10 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	}
 	end := pausedAt.Add(left)
 	ts := eventTimes(t, b, name, cmds)
-	// Reservations made before the pause keep their times: each of the 8
-	// goroutines may have one, 10ms apart.
-	settled := pausedAt.Add(150 * time.Millisecond)
+	// Reservations made before the pause are moved past it, but for the
+	// events whose times came as the pause was set (10ms apart here; a
+	// loaded machine may log them late).
+	settled := pausedAt.Add(100 * time.Millisecond)
 	var during, after int
 	for _, at := range ts {
 		switch {

@@ -33,6 +33,12 @@ type hub struct {
 	shards   store.ShardWakes
 	noShards atomic.Bool
 
+	// holds are the reservations that the pauses heard of on the
+	// subscription move (store.PauseChannel; see Reservation).
+	holds holds
+	// listening: the subscription was started (started, read without mu).
+	listening atomic.Bool
+
 	mu         sync.Mutex
 	waiters    map[string]*waiter
 	started    bool
@@ -123,10 +129,7 @@ func (h *hub) readyOne(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
-	if !h.started {
-		h.started = true
-		h.c.spawn(func() { h.c.st.Listen(h.c.ctx, h.c.channel, h.deliver, h.outcome) })
-	}
+	h.startLocked()
 	ch := h.changed
 	h.mu.Unlock()
 	select {
@@ -142,6 +145,37 @@ func (h *hub) readyOne(ctx context.Context) error {
 		return nil
 	}
 	return h.lastErr
+}
+
+// listen starts the subscription, if it has not started, without waiting
+// for it: a reservation that has to wait hears the pauses on it.
+func (h *hub) listen() {
+	if h.listening.Load() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.startLocked()
+}
+
+// startLocked starts the subscription once, on the Client's one channel
+// and the pauses' (store.PauseChannel).
+func (h *hub) startLocked() {
+	if h.started {
+		return
+	}
+	h.started = true
+	h.listening.Store(true)
+	pauses := store.PauseChannel(h.c.cfg.prefix)
+	h.c.spawn(func() {
+		h.c.st.Listen(h.c.ctx, []string{h.c.channel, pauses}, func(channel, msg string) {
+			if channel != pauses {
+				h.deliver(msg)
+			} else if n, ok := store.ParsePauseNotice(msg); ok {
+				h.holds.paused(n)
+			}
+		}, h.outcome)
+	})
 }
 
 // outcome records a subscription attempt. After a reconnect every waiter

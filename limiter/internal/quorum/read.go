@@ -133,7 +133,7 @@ func (q *Store) ShardWakes(context.Context, func(func()), func(string), func()) 
 // held a lease wakes its waiters, and a waiter's channel of wake-ups
 // collapses the repeats. The subscription counts as up while any node's
 // is, and down once every node failed.
-func (q *Store) Listen(ctx context.Context, channel string, deliver func(string), subscribed func(error)) {
+func (q *Store) Listen(ctx context.Context, channels []string, deliver func(channel, payload string), subscribed func(error)) {
 	var mu sync.Mutex
 	up, heard := make([]bool, len(q.nodes)), make([]bool, len(q.nodes))
 	var wg sync.WaitGroup
@@ -141,7 +141,7 @@ func (q *Store) Listen(ctx context.Context, channel string, deliver func(string)
 		wg.Add(1)
 		q.cfg.Spawn(func() {
 			defer wg.Done()
-			n.Listen(ctx, channel, deliver, func(err error) {
+			n.Listen(ctx, channels, deliver, func(err error) {
 				mu.Lock()
 				defer mu.Unlock()
 				up[i], heard[i] = err == nil, true

@@ -1,12 +1,34 @@
 -- KEYS: the semaphore's (see common.lua); KEYS[4] is the name's pause,
---       which its rate shares (reserve.lua)
--- ARGV: d_us ('lift': lift the pause), own wake channel
+--       which its rate shares (reserve.lua); KEYS[5] the rate's tat and
+--       KEYS[6] its moved record (reserve.lua)
+-- ARGV[1] d_us: the pause, µs from now ('lift': lift the pause)
+-- ARGV[2] own: the caller's wake channel
+-- ARGV[3] notice: the channel every Client of the prefix hears pauses on
+--         (store.PauseChannel), '' for none
 -- Pauses the name until d_us from now on the server's clock, unless it
 -- is paused longer already (two 429s never shorten each other's pause).
 -- The key outlives the pause by a day (its end still paces the rate until
 -- the burst refills: reserve.lua). Lifting it wakes the waiters that fit:
 -- they slept until its end. Returns {µs left of the pause, own waiters
 -- woken...}.
+--
+-- Events reserved before the pause were told times that may fall inside
+-- it. Its rate's schedule is moved on by what the pause added (moved_us:
+-- its end less the later of now and the end of the pause it extends), tat
+-- and every time reserved alike: the events keep their order and their
+-- pace, the first of them goes at the pause's end, and those reserved
+-- from now on come after them. The reservations' Clients move theirs when
+-- they hear the notice "end_us tat_us moved_us rate-key" (published only
+-- when a reservation may be held: tat in the future): a reservation
+-- whose next (its tat) is at most tat_us was made before this pause
+-- (reserve.lua's tat after it is above tat_us + moved_us), and moves by
+-- moved_us, which keeps its Cancel (unreserve.lua's compare) valid.
+-- When no reserved event was still to come, tat need not have moved
+-- (the burst was spent by events already gone): pause.lua cannot tell,
+-- not knowing the burst, so it records "tat before, tat after, now" in
+-- KEYS[6], and the next reservation, which knows it, takes tat back
+-- (reserve.lua). A pause that extends one whose move no reservation
+-- followed keeps that record's tat before and now.
 if ARGV[1] == 'lift' then
   redis.call('DEL', KEYS[4])
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
@@ -16,7 +38,27 @@ if ARGV[1] == 'lift' then
   return reply
 end
 local now = now_us()
-local until_us = math.max(now + tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[4]) or '0'))
+local was = tonumber(redis.call('GET', KEYS[4]) or '0')
+local until_us = math.max(now + tonumber(ARGV[1]), was)
 redis.call('SET', KEYS[4], fmt(until_us))
 redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000) + 86400000))
+local moved = until_us - math.max(now, was)
+if moved > 0 then
+  local tat = tonumber(redis.call('GET', KEYS[5]) or '')
+  if tat and tat > now then
+    local to = tat + moved
+    local px = fmt(math.ceil((to - now + RATE_KEEP_US) / 1000))
+    local before, at = fmt(tat), fmt(now)
+    local rec = redis.call('GET', KEYS[6])
+    if rec then
+      local b, a, t = string.match(rec, '^(%d+) (%d+) (%d+)$')
+      if a and tonumber(a) == tat then before, at = b, t end
+    end
+    redis.call('SET', KEYS[5], fmt(to), 'PX', px)
+    redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)
+    if ARGV[3] ~= '' then
+      redis.call('PUBLISH', ARGV[3], fmt(until_us) .. ' ' .. fmt(tat) .. ' ' .. fmt(moved) .. ' ' .. KEYS[5])
+    end
+  end
+end
 return {fmt(until_us - now)}

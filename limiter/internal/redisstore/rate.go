@@ -60,13 +60,17 @@ func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) err
 }
 
 // Pause runs pause.lua once.
-func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, channel string) (time.Duration, []string, error) {
+func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, channel, notice string) (time.Duration, []string, error) {
 	// Whole µs, rounded up: a pause shorter than one is a pause of one.
 	us := any("lift")
 	if d > 0 {
 		us = (d + time.Microsecond - 1).Microseconds()
 	}
-	v, err := s.run(ctx, pauseScript, k, us, channel).Slice()
+	v, err := s.run(ctx, pauseScript, k,
+		us,
+		channel,
+		notice,
+	).Slice()
 	if err != nil || len(v) == 0 {
 		return 0, nil, err
 	}

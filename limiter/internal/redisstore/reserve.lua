@@ -4,6 +4,9 @@
 -- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua;
 --               it outlives the pause, whose end still paces the rate)
 -- KEYS[3] fleet STRING "events per_ns burst": the rate SetRate stored
+-- KEYS[4] moved STRING "tat_before tat_after now_us": a pause moved tat
+--               (pause.lua); the next reservation undoes the move when it
+--               was not needed, and deletes it
 -- ARGV: T, burst (the asking rate: T is its emission interval, per /
 --       events, in µs, as a decimal that Go and Lua compute alike), n
 --       (the event's cost), max_wait_us (-1: no bound), careful (1: see
@@ -19,8 +22,9 @@
 -- (T = per / events), and may go once tat - burst * T is not in the
 -- future. Reserving moves tat at once, so callers are given their times
 -- in the order they reached Redis, paced exactly, with one call each.
--- Three commands (MGET, TIME, SET): every key is a string.
-local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+-- Three commands (MGET, TIME, SET; a DEL after a pause): every key is a
+-- string.
+local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local T, burst -- T: the emission interval, µs
 if st[3] then
   local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
@@ -32,6 +36,14 @@ local n = ARGV[3] + 0
 if n > burst then return {-1, burst} end
 local now = now_us()
 local tat = num(st[1])
+if st[4] and tat then
+  -- A pause moved tat on with the events reserved before it. If none was
+  -- still to come (the latest, at tat - burst * T, had gone when it was
+  -- set), nothing held moved, and the move would only delay the first
+  -- event after the pause: take tat back (unless reservations came since).
+  local before, after, at = string.match(st[4], '^(%d+) (%d+) (%d+)$')
+  if after and tat == after + 0 and before - burst * T <= at + 0 then tat = before + 0 end
+end
 if not tat and ARGV[5] == '1' then
   -- No state: a name never used, used long ago, or forgotten by a restart.
   -- Events before the start can have moved tat to at most the start plus
@@ -57,5 +69,6 @@ end
 local nxt = ceil(tat + n * T)
 local nxt_s = fmt(nxt)
 redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
+if st[4] then redis.call('DEL', KEYS[4]) end
 if wait == 0 then return 1 end
 return {1, ceil(wait), fmt(tat), nxt_s}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,12 +21,14 @@ type Rates interface {
 	SetRate(ctx context.Context, k Keyspace, r Rate) error
 	// RateState reads what Redis holds for the name.
 	RateState(ctx context.Context, k Keyspace) (RateState, error)
-	// Pause makes the name of k (a semaphore's Keyspace: the pause is
-	// the name's, its rate's too) grant nothing for d from now on the
-	// server's clock (a longer pause set before stays); d == 0 lifts the
+	// Pause makes the name of k (NewPauseKeyspace: the pause is the
+	// name's, its rate's too) grant nothing for d from now on the
+	// server's clock (a longer pause set before stays), moves on the
+	// times its rate reserved by what the pause added and, when it did,
+	// publishes a PauseNotice on notice ("": none); d == 0 lifts the
 	// pause and wakes the waiters that fit, returning the caller's own
 	// (channel). It returns how long the name is paused for.
-	Pause(ctx context.Context, k Keyspace, d time.Duration, channel string) (left time.Duration, woken []string, err error)
+	Pause(ctx context.Context, k Keyspace, d time.Duration, channel, notice string) (left time.Duration, woken []string, err error)
 }
 
 // Rate is at most Burst events at once and Events per Per on average.
@@ -79,16 +83,64 @@ type RateState struct {
 const (
 	rateSuffix  = "}:rate"
 	fleetSuffix = "}:rate:fleet"
+	movedSuffix = "}:rate:moved"
 	pauseSuffix = "}:pause"
 )
 
 // NewRateKeyspace returns the keys of the rate name under prefix, all
-// strings: its GCRA state, its pause and its fleet rate. The hash tag is
-// the semaphore's of the same name, so a pause is one key for both.
+// strings: its GCRA state, its pause, its fleet rate and what the last
+// pause moved (pause.lua). The hash tag is the semaphore's of the same
+// name, so a pause is one key for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3]}}
+}
+
+// NewPauseKeyspace returns the keys Pause runs on: the semaphore's of
+// name (NewKeyspace), then its rate's state, whose reserved times a pause
+// moves on, and the record of that move.
+func NewPauseKeyspace(prefix, name string) Keyspace {
+	k := NewKeyspace(prefix, name, 1)
+	rate := NewRateKeyspace(prefix, name).Keys
+	k.Keys = append(k.Keys, rate[0], rate[3])
+	k.Args = append(k.Args, rate[0], rate[3])
+	return k
+}
+
+// PauseChannel is where the pauses of every name under prefix are told
+// (PauseNotice), published by plain PUBLISH: a Cluster's bus takes it to
+// every node, so one subscription anywhere hears them all (and one per
+// shard on a Ring). Pauses are rare; wake-ups, which are not, go by each
+// name's shard channel there.
+func PauseChannel(prefix string) string { return prefix + "pause" }
+
+// PauseNotice says that a pause moved a rate's reserved times on: every
+// reservation of the rate key Key whose Next (its tat) is at most Tat was
+// made before the pause, and its time moves on by Moved (µs, as its Prev
+// and Next do, so that Unreserve still finds it). End is the pause's end
+// (µs, server clock).
+type PauseNotice struct {
+	Key             string
+	End, Tat, Moved int64
+}
+
+// ParsePauseNotice reads a notice as pause.lua publishes it.
+func ParsePauseNotice(msg string) (PauseNotice, bool) {
+	f := strings.SplitN(msg, " ", 4)
+	if len(f) != 4 {
+		return PauseNotice{}, false
+	}
+	var n PauseNotice
+	var err [3]error
+	n.End, err[0] = strconv.ParseInt(f[0], 10, 64)
+	n.Tat, err[1] = strconv.ParseInt(f[1], 10, 64)
+	n.Moved, err[2] = strconv.ParseInt(f[2], 10, 64)
+	if err[0] != nil || err[1] != nil || err[2] != nil || n.Moved <= 0 || f[3] == "" {
+		return PauseNotice{}, false
+	}
+	n.Key = f[3]
+	return n, true
 }
 
 // RatePattern is the SCAN pattern of the rate keys under prefix, the

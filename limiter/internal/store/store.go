@@ -48,9 +48,10 @@ type Store interface {
 	// puts the deadline on the socket; a quorum asks its nodes in
 	// goroutines it stops waiting for.
 	BoundedByCtx() bool
-	// Listen receives the messages of channel until ctx ends, reconnecting
-	// as needed; subscribed reports every (re)subscription, or failure to.
-	Listen(ctx context.Context, channel string, deliver func(payload string), subscribed func(error))
+	// Listen receives the messages of channels until ctx ends,
+	// reconnecting as needed; subscribed reports every (re)subscription,
+	// or failure to.
+	Listen(ctx context.Context, channels []string, deliver func(channel, payload string), subscribed func(error))
 	// ShardWakes returns the shard channel subscriber of a Cluster or a
 	// Ring, whose wake-ups stay in each name's shard (SSUBSCRIBE, Redis
 	// 7), or nil where they go by Listen. It delivers every message until ctx ends,
