@@ -3,7 +3,6 @@ package asynqmw
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -169,9 +168,12 @@ func (m *middleware) sleep(wait context.Context, slots []slot) error {
 	if errors.Is(err, errGateTimeout) {
 		busy := m.timedOut(slots[last].g, err)
 		busy.Rate = true
+		if d := slots[last].res.Delay(); d > 0 {
+			busy.RetryIn = later(d) // a pause moved the slot on: come back then
+		}
 		return busy
 	}
-	return fmt.Errorf("asynqmw: wait for a rate slot: %w", err)
+	return m.failed(wait, slots[last].g, err)
 }
 
 // giveBack cancels the slots that have not come yet, so that a later
