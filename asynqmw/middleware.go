@@ -51,7 +51,7 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 // limiter.Client was made with. limiter.Prefix is a Client option: give it
 // to limiter.New (here it is an *ArgumentError). The rules' TTL and AcquireTimeout override the limiter's
 // TTL and AcquireTimeout. A bad option makes New return the
-// limiter's *ArgumentError. Note that limiter.Metrics labels by semaphore
+// limiter's *ArgumentError. Note that limiter.Observe labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own
 // Metrics are labelled by rule.
 //

@@ -108,7 +108,7 @@ type options struct {
 }
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
-// limiter.MaxHold, limiter.ReleaseTimeout, limiter.Metrics); they
+// limiter.MaxHold, limiter.ReleaseTimeout, limiter.Observe); they
 // override the options the limiter.Client was made with. limiter.Prefix
 // is a Client option: give it to limiter.New (here it is an
 // *ArgumentError). The config's AcquireTimeout overrides theirs. A bad

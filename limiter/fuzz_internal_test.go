@@ -405,7 +405,7 @@ func FuzzOptions(f *testing.F) {
 			}
 		}
 		if mask&(1<<9) != 0 {
-			semOpts = append(semOpts, nil, Logger(nil), Metrics(nil), OnLost(nil))
+			semOpts = append(semOpts, nil, Logger(nil), Observe(nil), OnLost(nil))
 		}
 		// The bounds are checked on what the options leave, so apply them
 		// as the Client does and judge the result by the documented rules.

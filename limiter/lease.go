@@ -81,7 +81,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r sto
 	l.mu.Lock() // the watchdog may fire before newLease returns
 	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
-	s.cfg.metrics.held(s.name, 1)
+	s.cfg.observer.Held(s.name, 1)
 	if l.auto {
 		// A shorter life (a direct grant) is extended to the TTL by the first
 		// refresh, late enough that a short hold ends before it.
@@ -312,7 +312,7 @@ func (l *Lease) givenUp() bool {
 	return l.detached || errors.Is(l.err, errReleased)
 }
 
-func (l *Lease) refreshFailed() { l.sem.cfg.metrics.refreshFailed(l.sem.name) }
+func (l *Lease) refreshFailed() { l.sem.cfg.observer.RefreshFailed(l.sem.name) }
 
 // refreshed applies the answer to a refresh sent at sent.
 func (l *Lease) refreshed(sent time.Time, held bool) {
@@ -373,11 +373,11 @@ func (l *Lease) end(err error, lost bool) bool {
 	s := l.sem
 	s.c.refresher.remove(l)
 	s.c.ids.untrack(l, l.ttl+s.cfg.drift(l.ttl))
-	s.cfg.metrics.held(s.name, -1)
+	s.cfg.observer.Held(s.name, -1)
 	if !lost {
 		return true
 	}
-	s.cfg.metrics.lost(s.name)
+	s.cfg.observer.Lost(s.name)
 	s.cfg.logger.Warn("redsem: lease lost", "name", s.name, "id", l.id, "err", err)
 	if s.cfg.onLost != nil {
 		s.c.spawn(func() { s.cfg.onLost(l, err) })

@@ -20,7 +20,7 @@ type config struct {
 	acquireSet     bool
 	prefix         string
 	onLost         func(*Lease, error)
-	metrics        *Collector
+	observer       Observer
 	logger         *slog.Logger
 	clockDrift     float64
 	nodeTimeout    time.Duration
@@ -51,6 +51,7 @@ func defaultConfig() config {
 		prefix:         DefaultPrefix,
 		clockDrift:     0.01,
 		releaseTimeout: releaseTimeoutDefault,
+		observer:       noObserver{},
 	}
 }
 
@@ -103,11 +104,17 @@ func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
 // their TTL with auto-refresh off, nor after Release.
 func OnLost(fn func(l *Lease, err error)) Option { return func(c *config) { c.onLost = fn } }
 
-// Metrics reports acquisitions, waits, held and lost leases and refresh
-// failures to c, labelled with the semaphore's name, and a RateLimit's
-// events (by outcome) and waits, and the pauses an Inspector set, labelled
-// with theirs (a pause by a Client given Metrics).
-func Metrics(c *Collector) Option { return func(cfg *config) { cfg.metrics = c } }
+// Observe reports acquisitions, waits, held and lost leases, refresh
+// failures, a RateLimit's events and the pauses an Inspector set to o
+// (limiterprom.NewCollector for Prometheus). A nil o reports nowhere.
+func Observe(o Observer) Option {
+	return func(c *config) {
+		c.observer = o
+		if o == nil {
+			c.observer = noObserver{}
+		}
+	}
+}
 
 // Logger sets where the few things worth logging go (lost leases, failed
 // subscriptions). Default: slog.Default().

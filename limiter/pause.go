@@ -36,7 +36,7 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 	}
 	left, err := i.pause(ctx, name, d)
 	if err == nil {
-		i.c.cfg.metrics.paused(name)
+		i.c.cfg.observer.Paused(name)
 	}
 	return left, err
 }

@@ -257,14 +257,14 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {
 	case err != nil:
-		rl.cfg.metrics.rated(rl.name, outcomeError, 0)
+		rl.cfg.observer.Rated(rl.name, outcomeError, 0)
 		return rep, redisError("reserve", rl.name, err)
 	case rep.TooBig > 0:
 		return rep, argError("n", n, fmt.Sprintf("is above the burst of %q (%d): it could never go", rl.name, rep.TooBig))
 	case rep.Reserved:
-		rl.cfg.metrics.rated(rl.name, outcomeReserved, rep.Wait)
+		rl.cfg.observer.Rated(rl.name, outcomeReserved, rep.Wait)
 	default:
-		rl.cfg.metrics.rated(rl.name, outcomeBusy, 0)
+		rl.cfg.observer.Rated(rl.name, outcomeBusy, 0)
 	}
 	return rep, nil
 }
@@ -403,7 +403,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 			return nil
 		}
 		if r.moved.Load() != 0 && !r.limit.IsZero() && r.Time().After(r.limit) {
-			rl.cfg.metrics.rated(rl.name, outcomeCanceled, 0)
+			rl.cfg.observer.Rated(rl.name, outcomeCanceled, 0)
 			_, _ = r.Cancel(ctx)
 			return &BusyError{Name: rl.name, Weight: r.n, RetryIn: d, Paused: true, Rate: true, timedOut: true}
 		}
@@ -417,7 +417,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 		case <-t.C:
 		case <-r.kick: // moved: sleep again until the new time
 		case <-ctx.Done():
-			rl.cfg.metrics.rated(rl.name, outcomeCanceled, 0)
+			rl.cfg.observer.Rated(rl.name, outcomeCanceled, 0)
 			_, _ = r.Cancel(ctx)
 			return fmt.Errorf("limiter: wait %q: %w", rl.name, context.Cause(ctx))
 		case <-rl.c.ctx.Done():

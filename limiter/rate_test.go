@@ -3,12 +3,9 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
@@ -281,64 +278,6 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q): %v, want an ArgumentError", in, err)
 		}
 	}
-}
-
-// A RateLimit reports its events by outcome, and an Inspector its pauses.
-func TestRateMetrics(t *testing.T) {
-	b := singleBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	m := limiter.NewCollector()
-	c := redistest.Limiter(t, b.client(t), limiter.Metrics(m))
-	rl, err := c.RateLimit("metered", limiter.Rate{Events: 1, Per: time.Minute, Burst: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if _, err := rl.Allow(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := c.Inspector().Pause(ctx, "metered", time.Second); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		metric string
-		want   float64
-	}{
-		{`redsem_rate_events_total{name="metered",outcome="reserved"}`, 1},
-		{`redsem_rate_events_total{name="metered",outcome="busy"}`, 1},
-		{`redsem_pauses_total{name="metered"}`, 1},
-	} {
-		if got := metricValue(t, m, tc.metric); got != tc.want {
-			t.Errorf("%s = %v, want %v", tc.metric, got, tc.want)
-		}
-	}
-}
-
-// metricValue reads one sample, written as the text format names it.
-func metricValue(t *testing.T, c prometheus.Collector, sample string) float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			if f.GetName()+"{"+strings.Join(labels, ",")+"}" == sample {
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // A reservation whose time passed long ago is renewed only when the rate

@@ -88,13 +88,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	l, rep, err := s.attempt(ctx, r)
 	switch {
 	case err != nil:
-		s.cfg.metrics.acquired(s.name, outcomeError, time.Since(start))
+		s.cfg.observer.Acquired(s.name, outcomeError, time.Since(start))
 		return nil, err
 	case l == nil:
-		s.cfg.metrics.acquired(s.name, outcomeBusy, time.Since(start))
+		s.cfg.observer.Acquired(s.name, outcomeBusy, time.Since(start))
 		return nil, s.busy(r, rep, time.Now(), 1, 0, false)
 	}
-	s.cfg.metrics.acquired(s.name, outcomeAcquired, time.Since(start))
+	s.cfg.observer.Acquired(s.name, outcomeAcquired, time.Since(start))
 	return l, nil
 }
 
@@ -129,7 +129,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...AcquireOption) (*Lease,
 	case err != nil:
 		outcome = outcomeError
 	}
-	s.cfg.metrics.acquired(s.name, outcome, time.Since(start))
+	s.cfg.observer.Acquired(s.name, outcome, time.Since(start))
 	return l, err
 }
 

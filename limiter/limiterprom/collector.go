@@ -1,4 +1,13 @@
-package limiter
+// Package limiterprom reports what a limiter.Client does as Prometheus
+// metrics named redsem_*, labelled by name:
+//
+//	m := limiterprom.NewCollector()
+//	prometheus.MustRegister(m)
+//	lc, err := limiter.New(rdb, limiter.Observe(m))
+//
+// It lives apart from package limiter so that the limiter alone pulls in
+// no Prometheus.
+package limiterprom
 
 import (
 	"time"
@@ -6,20 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Acquire outcomes, the "outcome" label of redsem_acquire_total and (but
-// "reserved" for "acquired") of redsem_rate_events_total.
-const (
-	outcomeAcquired = "acquired"
-	outcomeBusy     = "busy"     // TryAcquire found no room
-	outcomeTimeout  = "timeout"  // AcquireTimeout ran out
-	outcomeCanceled = "canceled" // the caller's context ended
-	outcomeError    = "error"    // Redis failed
-	outcomeReserved = "reserved" // a rate gave the event its time
-)
-
-// Collector is a prometheus.Collector for the semaphores that were given
-// it with the Metrics option. Nothing is registered globally: register it
-// with the registry of your choice.
+// Collector is a prometheus.Collector and a limiter.Observer for the
+// Clients, semaphores and rate limits given it with limiter.Observe.
+// Nothing is registered globally: register it with the registry of your
+// choice.
 type Collector struct {
 	acquires       *prometheus.CounterVec
 	wait           *prometheus.HistogramVec
@@ -81,48 +80,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// The methods below are safe on a nil *Collector, so code reports
-// unconditionally.
-
-func (c *Collector) acquired(name, outcome string, waited time.Duration) {
-	if c == nil {
-		return
-	}
+// Acquired implements limiter.Observer.
+func (c *Collector) Acquired(name, outcome string, waited time.Duration) {
 	c.acquires.WithLabelValues(name, outcome).Inc()
 	c.wait.WithLabelValues(name).Observe(waited.Seconds())
 }
 
-func (c *Collector) held(name string, delta float64) {
-	if c != nil {
-		c.heldLeases.WithLabelValues(name).Add(delta)
-	}
+// Held implements limiter.Observer.
+func (c *Collector) Held(name string, delta int) {
+	c.heldLeases.WithLabelValues(name).Add(float64(delta))
 }
 
-func (c *Collector) lost(name string) {
-	if c != nil {
-		c.lostLeases.WithLabelValues(name).Inc()
-	}
-}
+// Lost implements limiter.Observer.
+func (c *Collector) Lost(name string) { c.lostLeases.WithLabelValues(name).Inc() }
 
-func (c *Collector) refreshFailed(name string) {
-	if c != nil {
-		c.refreshFailure.WithLabelValues(name).Inc()
-	}
-}
+// RefreshFailed implements limiter.Observer.
+func (c *Collector) RefreshFailed(name string) { c.refreshFailure.WithLabelValues(name).Inc() }
 
-// rated counts a rate's event by outcome, and a reserved one's wait.
-func (c *Collector) rated(name, outcome string, wait time.Duration) {
-	if c == nil {
-		return
-	}
+// Rated implements limiter.Observer: a reserved event's wait goes to the
+// histogram.
+func (c *Collector) Rated(name, outcome string, wait time.Duration) {
 	c.rateEvents.WithLabelValues(name, outcome).Inc()
-	if outcome == outcomeReserved {
+	if outcome == "reserved" {
 		c.rateWait.WithLabelValues(name).Observe(wait.Seconds())
 	}
 }
 
-func (c *Collector) paused(name string) {
-	if c != nil {
-		c.pauses.WithLabelValues(name).Inc()
-	}
-}
+// Paused implements limiter.Observer.
+func (c *Collector) Paused(name string) { c.pauses.WithLabelValues(name).Inc() }
