@@ -18,9 +18,9 @@
 // One sampler reads the known names from Redis every Interval (default
 // 1s) with the Inspector (the reads of redsem show, 16 names at a time):
 // about 13 commands per semaphore, some 30-40 µs of Redis CPU each (35 ms
-// a sample for 1,000 names), and one script per rate limit. Every 10
-// intervals (at least every second, at most every 30s) it lists the names
-// again with two SCANs, and there Redis walks every key of the database
+// a sample for 1,000 names), and one script per rate limit. Every
+// interval, or every 20 times the last listing took when that is longer
+// (and at least every 30s), it lists the names again with two SCANs, and there Redis walks every key of the database
 // (SCAN's MATCH only filters what it returns): about 0.75 µs of CPU a
 // key, 230 ms for 300,000 keys. A name new since the last listing shows up
 // at the next one, or at the next sample when its page (or an action)

@@ -18,7 +18,7 @@
 //	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
 //	redsem [flags] rate NAME [RATE [BURST]]
 //	                                   read the fleet-wide rate, or set it; RATE=off clears it
-//	redsem [flags] pause NAME DURATION NAME's rate limits grant nothing for DURATION
+//	redsem [flags] pause NAME DURATION NAME (its permits and rates) grants nothing for DURATION
 //	redsem [flags] unpause NAME        lift NAME's pause
 //	redsem [flags] release NAME ID     force-release the lease with id ID
 //	redsem [flags] serve               a live dashboard in the browser, and /metrics

@@ -29,7 +29,7 @@ const usage = `usage:
                                      read the fleet-wide rate, or set it to RATE events per
                                      period (100/1m, 5/s) with BURST at once (default 1);
                                      RATE=off clears it
-  redsem [flags] pause NAME DURATION NAME's rate limits grant nothing for DURATION (30s,
+  redsem [flags] pause NAME DURATION NAME (its permits and rates) grants nothing for DURATION (30s,
                                      5m; at most 24h), in every process; a longer pause stands
   redsem [flags] unpause NAME        lift NAME's pause
   redsem [flags] release NAME ID     force-release the lease with id ID; its

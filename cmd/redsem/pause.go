@@ -50,7 +50,7 @@ func unpauseCommand(args []string) (action, error) {
 	}), nil
 }
 
-// pause makes name's rate limits grant nothing for d, fleet-wide, and
+// pause makes name (its semaphore and rate limits) grant nothing for d, fleet-wide, and
 // says how long it is paused for: longer than d when a longer pause
 // stands, which pause never shortens.
 func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d time.Duration, asJSON bool) error {
