@@ -297,7 +297,7 @@ func redsemWait(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
 }
 
 // redsemMutex is the mutex named key of p's redsem Client, TTL lockTTL.
-func redsemMutex(p *Proc, key string, opts []limiter.Option) (*limiter.Mutex, error) {
+func redsemMutex(p *Proc, key string, opts []limiter.Option) (*limiter.Semaphore, error) {
 	c, err := p.Limiter()
 	if err != nil {
 		return nil, err

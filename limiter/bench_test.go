@@ -181,7 +181,7 @@ func BenchmarkRedlockUncontended(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cycle := func(m *limiter.Mutex) {
+	cycle := func(m *limiter.Semaphore) {
 		l, err := m.TryAcquire(ctx)
 		if err != nil {
 			b.Fatal(err)

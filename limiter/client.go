@@ -122,14 +122,11 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 	return &Semaphore{c: c, name: name, limit: limit, cfg: cfg, keys: keys, wake: keys.WakeChannel(c.id)}, nil
 }
 
-// Mutex returns the mutex named name: a Semaphore of one permit, with the
-// same errors as Semaphore (an *ArgumentError, or ErrClosed after Close).
-func (c *Client) Mutex(name string, opts ...Option) (*Mutex, error) {
-	s, err := c.Semaphore(name, 1, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Mutex{s: s}, nil
+// Mutex returns the mutex named name: the Semaphore of one permit, with
+// the same leases, fencing tokens, handover, queue and errors (an
+// *ArgumentError, or ErrClosed after Close).
+func (c *Client) Mutex(name string, opts ...Option) (*Semaphore, error) {
+	return c.Semaphore(name, 1, opts...)
 }
 
 // closedErr returns ErrClosed once Close began, else nil.

@@ -32,7 +32,7 @@ func TestReleaseGrantsTheLeaseDirectly(t *testing.T) {
 		}
 		for _, c := range []struct {
 			name   string
-			waiter *limiter.Mutex
+			waiter *limiter.Semaphore
 			pubs   int64
 		}{{"another Client", other, 1}, {"the releaser's Client", holder, 0}} {
 			l, err := holder.TryAcquire(ctx)
@@ -193,7 +193,7 @@ func TestStaleDirectGrantAfterAPause(t *testing.T) {
 	for round := range staleRounds {
 		type trial struct {
 			name string
-			mu   *limiter.Mutex
+			mu   *limiter.Semaphore
 			held *limiter.Lease
 			w    *exec.Cmd
 		}

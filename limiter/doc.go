@@ -6,7 +6,7 @@
 // delivers wake-ups for every name it waits on (one connection per node,
 // or per master of a Cluster), and the leases it holds. A Semaphore named N with limit L, made by
 // Client.Semaphore, lets at most L permits be held at once by every process
-// that uses the same Redis and name; a Mutex is a Semaphore of one permit.
+// that uses the same Redis and name; Client.Mutex is the Semaphore of one permit.
 // Each acquisition is a Lease: an id, a weight (permits), a fencing token
 // and an expiry on the Redis server's clock. An Inspector (Client.Inspector)
 // reads the names, holders and queues in Redis and sets fleet-wide limits.
@@ -73,7 +73,7 @@
 // # Layout
 //
 // This package holds the API and the client runtime: Client (client.go,
-// redlock.go), Semaphore and Mutex, the wait (wait.go), Lease (lease.go,
+// redlock.go), Semaphore (and Client.Mutex), the wait (wait.go), Lease (lease.go,
 // do.go), the handover and detaching (handover.go, detach.go), the
 // keep-alive (keepalive.go), wake-ups (wake.go), per-id state (ids.go),
 // the Inspector, and RateLimit (rate.go) with pauses and fleet rates

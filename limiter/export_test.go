@@ -59,13 +59,13 @@ func ScriptCall(name string, args []any) ([]any, bool) { return redisstore.Scrip
 // OtherVersionLibrary: see redisstore.OtherVersionLibrary.
 func OtherVersionLibrary() string { return redisstore.OtherVersionLibrary() }
 
-// Holders, Waiters, Available and FleetLimit read a Semaphore or Mutex
+// Holders, Waiters, Available and FleetLimit read a Semaphore
 // through its Client's Inspector: the tests' shorthand.
-func Holders(ctx context.Context, s interface{ Name() string }) ([]Holder, error) {
+func Holders(ctx context.Context, s *Semaphore) ([]Holder, error) {
 	return inspectorOf(s).Holders(ctx, s.Name())
 }
 
-func Waiters(ctx context.Context, s interface{ Name() string }) ([]Waiter, error) {
+func Waiters(ctx context.Context, s *Semaphore) ([]Waiter, error) {
 	return inspectorOf(s).Waiters(ctx, s.Name())
 }
 
@@ -99,15 +99,7 @@ func SetLimit(ctx context.Context, s *Semaphore, n int64) error {
 	return s.c.Inspector().SetLimit(ctx, s.name, n)
 }
 
-func inspectorOf(s interface{ Name() string }) *Inspector {
-	switch s := s.(type) {
-	case *Semaphore:
-		return s.c.Inspector()
-	case *Mutex:
-		return s.s.c.Inspector()
-	}
-	panic("not a Semaphore or Mutex")
-}
+func inspectorOf(s *Semaphore) *Inspector { return s.c.Inspector() }
 
 // SetShardWakes replaces the hub's shard subscriber (a test plays one
 // whose placement fails).

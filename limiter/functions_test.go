@@ -108,7 +108,7 @@ func TestLoadFailingOnOneShardDoesNotQueueCalls(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = ring.Close() })
 	c := clientFor(t, ring)
-	var mus []*limiter.Mutex
+	var mus []*limiter.Semaphore
 	for i := 0; len(mus) < 11; i++ {
 		name := fmt.Sprint("ring-", i)
 		shard, err := ring.GetShardClientForKey(queueKey(name))

@@ -437,10 +437,7 @@ func FuzzOptions(f *testing.F) {
 		var err error
 		if mask&optMutex != 0 {
 			limit = 1
-			var m *Mutex
-			if m, err = cl.Mutex(name, semOpts...); err == nil {
-				s = m.s
-			}
+			s, err = cl.Mutex(name, semOpts...)
 		} else {
 			s, err = cl.Semaphore(name, limit, semOpts...)
 		}

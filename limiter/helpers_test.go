@@ -144,7 +144,7 @@ func newSemaphore(t testing.TB, rdb redis.UniversalClient, name string, limit in
 	return clientFor(t, rdb).Semaphore(name, limit, opts...)
 }
 
-func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Mutex, error) {
+func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Semaphore, error) {
 	return clientFor(t, rdb).Mutex(name, opts...)
 }
 
@@ -173,7 +173,7 @@ func newRedlockSemaphore(t testing.TB, nodes []redis.UniversalClient, name strin
 	return c.Semaphore(name, limit)
 }
 
-func newRedlockMutex(t testing.TB, nodes []redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Mutex, error) {
+func newRedlockMutex(t testing.TB, nodes []redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Semaphore, error) {
 	c, err := newRedlockClient(t, nodes, opts...)
 	if err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func churn(t testing.TB, ctx context.Context, acquirers []acquirer, per, rounds 
 }
 
 // tryCycle takes mu with TryAcquire and releases it; an error fails t.
-func tryCycle(t testing.TB, ctx context.Context, mu *limiter.Mutex) {
+func tryCycle(t testing.TB, ctx context.Context, mu *limiter.Semaphore) {
 	t.Helper()
 	l, err := mu.TryAcquire(ctx)
 	if err != nil {

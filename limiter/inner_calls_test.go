@@ -158,7 +158,7 @@ func TestWaiterQueuedByOlderClientIsWoken(t *testing.T) {
 
 // waiterComesAndGoes holds mu while another goroutine queues for it, then
 // lets the waiter take it and release it.
-func waiterComesAndGoes(t *testing.T, rdb *redis.Client, mu *limiter.Mutex, name string) {
+func waiterComesAndGoes(t *testing.T, rdb *redis.Client, mu *limiter.Semaphore, name string) {
 	t.Helper()
 	ctx := ctxT(t, 20*time.Second)
 	held, err := mu.TryAcquire(ctx)

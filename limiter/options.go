@@ -8,7 +8,7 @@ import (
 )
 
 // Option configures a Client (for every semaphore made from it) or one
-// Semaphore or Mutex. Invalid values make the constructor return an
+// Semaphore or Mutex (Client methods). Invalid values make the constructor return an
 // *ArgumentError naming the option.
 type Option func(*config)
 

@@ -154,7 +154,7 @@ func TestLibraryLoadedOnceForConcurrentCalls(t *testing.T) {
 	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 32 })
 	c := redistest.Limiter(t, rdb)
 	const n = 16
-	var mus []*limiter.Mutex
+	var mus []*limiter.Semaphore
 	for i := range n {
 		mu, err := c.Mutex(fmt.Sprint("load-once-", i))
 		if err != nil {

@@ -344,7 +344,7 @@ func wakeLatency(t testing.TB, ctx context.Context, holder, waiter *limiter.Clie
 
 // acquireLater acquires m in a goroutine, and sends when it got it (then
 // releases it).
-func acquireLater(t testing.TB, ctx context.Context, m *limiter.Mutex) <-chan time.Time {
+func acquireLater(t testing.TB, ctx context.Context, m *limiter.Semaphore) <-chan time.Time {
 	got := make(chan time.Time, 1)
 	go func() {
 		l, err := m.Acquire(ctx)
@@ -359,7 +359,7 @@ func acquireLater(t testing.TB, ctx context.Context, m *limiter.Mutex) <-chan ti
 	return got
 }
 
-func waitQueued(t testing.TB, ctx context.Context, m *limiter.Mutex) {
+func waitQueued(t testing.TB, ctx context.Context, m *limiter.Semaphore) {
 	t.Helper()
 	redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
 		w, err := limiter.Waiters(ctx, m)
