@@ -2,12 +2,12 @@ package dashboard
 
 import (
 	"cmp"
+	"github.com/redsem/redsem/internal/glob"
 	"net/http"
 	"net/url"
 	"slices"
 
 	"github.com/redsem/redsem/internal/namestate"
-	"github.com/redsem/redsem/limiter"
 )
 
 // row is a name in the overview.
@@ -44,7 +44,7 @@ func rowOf(v nameView) row {
 func rows(snap *snapshot, match, by string) []row {
 	rows := make([]row, 0, len(snap.Names))
 	for _, v := range snap.Names {
-		if limiter.GlobMatch(match, v.Name) {
+		if match == "" || glob.Match(match, v.Name) {
 			rows = append(rows, rowOf(v))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/redsem/redsem/internal/glob"
 	"math"
 	"net"
 	"slices"
@@ -266,18 +267,18 @@ func FuzzStatePattern(f *testing.F) {
 		}
 		own := store.NewKeyspace(prefix, name, 1).Keys
 		pattern := store.StatePattern(prefix)
-		if !store.GlobMatch(pattern, own[1]) {
+		if !glob.Match(pattern, own[1]) {
 			t.Fatalf("pattern %q misses the state key %q of %q under prefix %q", pattern, own[1], name, prefix)
 		}
 		for _, k := range []string{own[0], own[2]} {
-			if store.GlobMatch(pattern, k) {
+			if glob.Match(pattern, k) {
 				t.Fatalf("pattern %q matches %q, which is no state key", pattern, k)
 			}
 		}
 		var others []string
 		if otherPrefix != prefix && !strings.ContainsAny(otherPrefix, "{}") {
 			k := store.NewKeyspace(otherPrefix, name, 1).Keys[1]
-			if store.GlobMatch(pattern, k) {
+			if glob.Match(pattern, k) {
 				t.Fatalf("pattern %q of prefix %q matches %q of prefix %q", pattern, prefix, k, otherPrefix)
 			}
 			others = append(others, k)
@@ -290,7 +291,7 @@ func FuzzStatePattern(f *testing.F) {
 			prefix+otherPrefix, otherPrefix)
 		var found []string
 		for _, k := range scanned {
-			if !store.GlobMatch(pattern, k) {
+			if !glob.Match(pattern, k) {
 				continue
 			}
 			n, ok := store.NameOfStateKey(k)
@@ -311,16 +312,16 @@ func FuzzStatePattern(f *testing.F) {
 			t.Fatalf("Names of prefix %q would not find %q among %q", prefix, name, scanned)
 		}
 
-		glob := match
-		if glob == "" {
-			glob = "*"
+		sel := match
+		if sel == "" {
+			sel = "*"
 		}
 		listed := matchingNames(slices.Clone(found), match)
-		if want := store.GlobMatch(glob, name); slices.Contains(listed, name) != want {
-			t.Fatalf("glob %q matches name %q: %v, but Names(%q) gives %q of %q", glob, name, want, match, listed, found)
+		if want := glob.Match(sel, name); slices.Contains(listed, name) != want {
+			t.Fatalf("glob %q matches name %q: %v, but Names(%q) gives %q of %q", sel, name, want, match, listed, found)
 		}
 		for _, n := range listed {
-			if !store.GlobMatch(glob, n) {
+			if !glob.Match(sel, n) {
 				t.Fatalf("Names(%q) lists %q, which the glob does not match", match, n)
 			}
 		}

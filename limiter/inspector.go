@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"github.com/redsem/redsem/internal/glob"
 	"slices"
 	"time"
 
@@ -96,7 +97,7 @@ func matchingNames(names []string, match string) []string {
 	if match == "" {
 		return names
 	}
-	return slices.DeleteFunc(names, func(name string) bool { return !GlobMatch(match, name) })
+	return slices.DeleteFunc(names, func(name string) bool { return match != "" && !glob.Match(match, name) })
 }
 
 // Holders lists the live leases of name as Redis sees them. On a Redlock

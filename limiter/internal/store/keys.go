@@ -1,6 +1,10 @@
 package store
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/redsem/redsem/internal/glob"
+)
 
 // Keyspace names every key of one semaphore (NewKeyspace) or one rate
 // (NewRateKeyspace). They all share one hash tag, the name's, so each
@@ -51,9 +55,9 @@ func (k Keyspace) WakeChannel(owner string) string {
 // every name: the prefix is escaped so that its glob characters match
 // only themselves, and no caller's glob goes in, since Redis would match
 // it against the escaped name and the suffix after it (limiter filters the
-// names instead, with GlobMatch).
+// names instead, with glob.Match).
 func StatePattern(prefix string) string {
-	return globEscape(prefix) + "{*" + stateSuffix
+	return glob.Escape(prefix) + "{*" + stateSuffix
 }
 
 // NameOfStateKey undoes NewKeyspace for a state key. SCAN also brings

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/redsem/redsem/internal/glob"
 	"strconv"
 	"strings"
 	"time"
@@ -146,7 +147,7 @@ func ParsePauseNotice(msg string) (PauseNotice, bool) {
 // RatePattern is the SCAN pattern of the rate keys under prefix, the
 // state's and the fleet rate's (see StatePattern).
 func RatePattern(prefix string) string {
-	return globEscape(prefix) + "{*" + rateSuffix + "*"
+	return glob.Escape(prefix) + "{*" + rateSuffix + "*"
 }
 
 // NameOfRateKey undoes NewRateKeyspace for a rate key, the state's or

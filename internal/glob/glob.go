@@ -1,4 +1,7 @@
-package store
+// Package glob matches names as Redis's SCAN MATCH matches keys, for the
+// packages that filter names they already hold (limiter's Inspector, the
+// dashboard) without asking Redis again.
+package glob
 
 import "strings"
 
@@ -8,12 +11,12 @@ import "strings"
 // name itself, by a copy of Redis's matcher, and SCAN is only given a
 // pattern with nothing of the caller's in it but the (escaped) prefix.
 
-// GlobMatch is Redis's stringmatchlen (util.c), case-sensitive, the
+// Match reports whether pattern selects s. It is Redis's stringmatchlen (util.c), case-sensitive, the
 // matcher of SCAN MATCH and KEYS: path.Match differs on '/', escapes and
 // unterminated classes, and an operator's glob must select what it would
 // select in redis-cli. Ranges compare bytes as signed, as C's char is on
 // x86-64, the usual server: checked against redis-server 7.0 there.
-func GlobMatch(pattern, s string) bool {
+func Match(pattern, s string) bool {
 	skipLonger := false
 	return globMatchFrom(pattern, s, &skipLonger, 0)
 }
@@ -106,21 +109,21 @@ func globMatchFrom(p, s string, skipLonger *bool, nesting int) bool {
 	return len(p) == 0 && len(s) == 0
 }
 
-// globSpecial are the bytes a glob gives a meaning to. '^' and '-' need
+// special are the bytes a glob gives a meaning to. '^' and '-' need
 // no escape: they mean something only inside a class, and every '[' is
 // escaped.
-const globSpecial = `*?[]\`
+const special = `*?[]\`
 
-// globEscape makes s a glob that matches s alone: a prefix is the
+// Escape makes s a glob that matches s alone: a prefix is the
 // operator's text, not a pattern, and "app*" must not list "app2:".
-func globEscape(s string) string {
-	if !strings.ContainsAny(s, globSpecial) {
+func Escape(s string) string {
+	if !strings.ContainsAny(s, special) {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(2 * len(s))
 	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(globSpecial, s[i]) >= 0 {
+		if strings.IndexByte(special, s[i]) >= 0 {
 			b.WriteByte('\\')
 		}
 		b.WriteByte(s[i])
