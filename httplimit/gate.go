@@ -69,8 +69,8 @@ func (c *common) pass(ctx context.Context, name string, g gate, opts ...limiter.
 		// Late, and no room now (or Redis failed): give the permit back
 		// before waiting again.
 		if rerr := lease.Release(ctx); rerr != nil {
-			c.logger.Warn("httplimit: release failed; the permit comes back at the TTL",
-				"semaphore", name, "id", lease.ID(), "err", rerr)
+			c.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(),
+				"then", "permit comes back at the lease TTL", "err", rerr)
 		}
 		if err != nil {
 			return nil, err

@@ -125,7 +125,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 			case errors.Is(err, limiter.ErrInvalidArgument):
 				// The weight is outside [1, Limit], or above a fleet-wide
 				// limit: no wait would help.
-				m.logger.Error("httplimit: the semaphore refused the weight", "semaphore", name,
+				m.logger.Error("httplimit: weight refused", "semaphore", name,
 					"weight", weight, "method", r.Method, "path", r.URL.Path, "err", err)
 				http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 			default:
@@ -151,7 +151,8 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	})
 	if errors.Is(err, limiter.ErrReleaseFailed) {
 		// Not the client's problem: the permits come back at the TTL.
-		m.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(), "err", err)
+		m.logger.Warn("httplimit: release failed", "semaphore", name, "id", lease.ID(),
+			"then", "permits come back at the lease TTL", "err", err)
 	}
 }
 
@@ -159,7 +160,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // another reason than a full semaphore.
 func (m *middleware) unavailable(w http.ResponseWriter, r *http.Request, name string, err error) {
 	if r.Context().Err() != nil {
-		m.logger.Debug("httplimit: request ended while waiting for a permit", "semaphore", name, "err", err)
+		m.logger.Debug("httplimit: request ended", "semaphore", name, "while", "waiting for a permit", "err", err)
 	} else {
 		m.logger.Warn("httplimit: no permit", "semaphore", name, "err", err)
 	}

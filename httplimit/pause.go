@@ -32,7 +32,7 @@ func (t *Transport) pauseOn(req *http.Request, name string, resp *http.Response)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 	defer cancel()
 	if _, err := t.inspector.Pause(ctx, name, d); err != nil {
-		t.logger.Warn("httplimit: pause after the upstream's Retry-After failed", "name", name,
+		t.logger.Warn("httplimit: pause failed", "name", name, "cause", "upstream Retry-After",
 			"status", resp.StatusCode, "pause", d, "err", err)
 	}
 }

@@ -251,8 +251,8 @@ func (h *held) finish() {
 		// The lease's Context carries the request's values; Release
 		// detaches from its cancellation.
 		if err := h.lease.Release(h.lease.Context()); err != nil && !errors.Is(err, limiter.ErrNotHeld) {
-			h.t.logger.Warn("httplimit: release failed; the permit comes back at the TTL",
-				"semaphore", h.name, "id", h.lease.ID(), "err", err)
+			h.t.logger.Warn("httplimit: release failed", "semaphore", h.name, "id", h.lease.ID(),
+				"then", "permit comes back at the lease TTL", "err", err)
 		}
 	})
 }

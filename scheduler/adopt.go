@@ -125,12 +125,13 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 		switch {
 		case errors.Is(err, errRunning):
 			a.opts.metrics.add(job, EventAdoptBusy)
-			a.opts.logger.Debug("redsem scheduler: an earlier run still holds the lock; task re-queued", "job", job, "task", t.Type())
+			a.opts.logger.Debug("redsem scheduler: task re-queued", "job", job, "task", t.Type(),
+				"reason", "an earlier run still holds the lock")
 			return &asynqmw.BusyError{Semaphore: ho.ticket.Name, RetryIn: max(a.opts.ttl/2, 100*time.Millisecond),
 				Err: fmt.Errorf("redsem scheduler: an earlier run of job %s still holds its lock", job)}
 		case errors.Is(err, limiter.ErrNotHeld) || errors.Is(err, limiter.ErrInvalidArgument):
 			a.opts.metrics.add(job, EventAdoptFailed)
-			a.opts.logger.Warn("redsem scheduler: lock not held, task skipped", "job", job, "task", t.Type(), "err", err)
+			a.opts.logger.Warn("redsem scheduler: task skipped", "job", job, "task", t.Type(), "reason", "lock not held", "err", err)
 			return fmt.Errorf("%w: %w", asynq.SkipRetry, err)
 		case err != nil:
 			return err
@@ -139,7 +140,7 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 		var out error  // what the task returns
 		defer func() { // also when the handler panicked; a parked lease ends as not held, not lost
 			if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
-				a.opts.logger.Warn("redsem scheduler: lock lost while the job ran", "job", job, "task", t.Type(), "err", lost)
+				a.opts.logger.Warn("redsem scheduler: lock lost", "job", job, "task", t.Type(), "while", "the job ran", "err", lost)
 			}
 		}()
 		err = lease.Run(ctx, func(ctx context.Context) error {
@@ -153,7 +154,7 @@ func (a *adopter) wrap(next asynq.Handler) asynq.Handler {
 			return herr
 		})
 		if errors.Is(err, limiter.ErrReleaseFailed) {
-			a.opts.logger.Warn("redsem scheduler: release failed; the lock frees at its TTL", "job", job, "err", err)
+			a.opts.logger.Warn("redsem scheduler: release failed", "job", job, "then", "the lock frees at its TTL", "err", err)
 		}
 		return out
 	})
@@ -202,8 +203,8 @@ func (a *adopter) keep(ctx context.Context, lease *limiter.Lease, ho handover, t
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keepBudget)
 	defer cancel()
 	if err := lease.Park(ctx, delay+ho.pickup); err != nil {
-		a.opts.logger.Warn("redsem scheduler: could not keep the lock for the retry: unless the park landed after all, it is released and the retry will be skipped",
-			"job", ho.job, "task", t.Type(), "err", err)
+		a.opts.logger.Warn("redsem scheduler: keeping the lock failed", "job", ho.job, "task", t.Type(),
+			"for", "the retry", "then", "released and the retry skipped, unless the park landed after all", "err", err)
 		return nil
 	}
 	a.opts.metrics.add(ho.job, EventKept)

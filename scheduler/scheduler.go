@@ -267,9 +267,9 @@ func (s *Scheduler) tick(job Job, lock *limiter.Semaphore, at time.Time) {
 	_, err := s.enqueue(ctx, job, lock, taskID)
 	switch {
 	case errors.Is(err, limiter.ErrBusy):
-		s.opts.logger.Debug("redsem scheduler: lock held, tick skipped", "job", job.Name, "lock", job.Lock)
+		s.opts.logger.Debug("redsem scheduler: tick skipped", "job", job.Name, "lock", job.Lock, "reason", "lock held")
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		s.opts.logger.Debug("redsem scheduler: tick already enqueued by another scheduler", "job", job.Name, "task", taskID)
+		s.opts.logger.Debug("redsem scheduler: tick skipped", "job", job.Name, "task", taskID, "reason", "enqueued by another scheduler")
 	case err != nil:
 		s.opts.logger.Warn("redsem scheduler: tick failed", "job", job.Name, "err", err)
 	}
