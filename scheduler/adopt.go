@@ -14,55 +14,29 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// Adopt returns the worker-side middleware (see the package doc), which
-// resumes leases with semaphores of lc. lc must reach the scheduler's
-// Redis, with the same key prefix (LimiterOptions). Tasks without the
-// redsem-ticket header that a Scheduler sets pass straight through. A nil
-// lc gives an error wrapping a *limiter.ArgumentError naming it, a bad
-// option the limiter's *ArgumentError, a closed lc limiter.ErrClosed;
-// nothing is sent to Redis.
+// Adopt returns the worker-side middleware, which resumes leases with lc
+// (the scheduler's Redis and key prefix). Tasks without a Scheduler's
+// ticket header pass through. A nil lc or bad option gives an error
+// wrapping a *limiter.ArgumentError naming it, a closed lc
+// limiter.ErrClosed.
 //
-// The first run of a tick takes the lease over from the ticket (a
-// transfer: the lease gets the WorkerTTL and a new fencing token). The
-// handler runs under it (limiter.Lease.Run), kept alive;
-// limiter.LeaseFrom(ctx) gives it the lease, for its fencing token. If the
-// lease is lost, the handler's context is cancelled with cause
-// limiter.ErrLeaseLost and the loss is logged. When the handler returns or
-// panics, the lease is released, whatever it returns and also when asynq
-// has given up on it at its deadline; a failed release is logged and the
-// lock frees at the WorkerTTL. The task returns what the handler returned,
-// with one exception:
+// A run takes the tick's lease over (WorkerTTL, a new fencing token) and
+// runs the handler under it (limiter.Lease.Run; limiter.LeaseFrom(ctx)).
+// On loss the context is cancelled with cause limiter.ErrLeaseLost
+// (logged). When the handler returns or panics the lease is released
+// (failing: logged, the lock frees at the WorkerTTL) and the task returns
+// the handler's error; but on an error asynq will retry, the lock is kept
+// for the retry delay plus the job's TTL and the task returns an
+// *asynqmw.RetryError with that delay (keeping failed: logged, released,
+// the retry skipped).
 //
-// A handler that returns an error that asynq will retry (retries left; not
-// asynq.SkipRetry or asynq.RevokeTask) keeps the lock for that retry
-// rather than release it: the lease is parked (limiter.Lease.Park: held
-// by no process, unrefreshed) for the retry delay (RetryDelayFunc) plus
-// the job's TTL, and the task returns an *asynqmw.RetryError wrapping the
-// handler's error, with that delay as its RetryIn (asynqmw.RetryDelay in
-// the server's Config makes asynq wait exactly that). No tick can take
-// the lock meanwhile. The retry, in any worker, takes the parked lease
-// over (with a new fencing token); a retry that finds an earlier run of
-// its tick still holding the lock (a handler that outlived its deadline)
-// returns an *asynqmw.BusyError naming the lock, with RetryIn half the
-// WorkerTTL, and is re-queued without spending a retry
-// (asynqmw.IsFailure) until that run returns. If keeping the lock fails
-// (a Redis error), the lock is released and the retry will be skipped;
-// this is logged. A handler that outlives its deadline is the one case
-// where asynq does not see the *asynqmw.RetryError: asynq schedules the
-// retry when the deadline passes, with the delay of RetryDelay's next,
-// and the lock kept when the handler returns may lapse first if that
-// delay exceeds the kept one by more than the job's TTL.
-//
-// A task whose lock is gone (it waited longer than the job's TTL, its run
-// already ended, or its kept lock lapsed) returns an error wrapping
-// asynq.SkipRetry and limiter.ErrNotHeld: it is archived, never run. A
-// malformed ticket is skipped the same way. A Redis failure while taking
-// the lock (wrapped), the task's context ending meanwhile, or
-// limiter.ErrClosed once lc is closed, is returned, so asynq retries the
-// task; the handler does not run. Close lc after the asynq server has shut
-// down: its Close releases the leases of handlers still running,
-// cancelling their contexts with cause limiter.ErrNotHeld (kept locks stay
-// for their retries).
+// Not run: a task whose lock is gone returns an error wrapping
+// asynq.SkipRetry and limiter.ErrNotHeld (a malformed ticket: SkipRetry,
+// limiter.ErrInvalidArgument); one whose earlier run still holds the lock
+// an *asynqmw.BusyError, re-queued without spending a retry; a Redis
+// failure, the context's end or limiter.ErrClosed is returned for asynq
+// to retry. Close lc after the asynq server: it cancels running handlers
+// with cause limiter.ErrNotHeld. Why, and the edge cases: docs/design.md.
 func Adopt(lc *limiter.Client, opts ...Option) (asynq.MiddlewareFunc, error) {
 	if lc == nil {
 		return nil, errorf("", &limiter.ArgumentError{Arg: "lc", Value: nil, Reason: "must not be nil"})
