@@ -12,66 +12,27 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-// Middleware returns a middleware that runs a handler only once the
-// request had its slot of a rate limit and while it holds a permit of a
-// semaphore of client (see ServerConfig for which ones, the rate and how
-// many permits). Bad arguments give an error wrapping a
-// *limiter.ArgumentError (errors.Is(err, limiter.ErrInvalidArgument))
-// naming "client" when it is nil, the config's field (Name, Limit, Rate
-// or one of its fields, BusyStatus), PauseOnRetryAfter, or the limiter's
-// option for a bad LimiterOptions value; a closed client gives
-// limiter.ErrClosed, and a Rate on a Redlock client
-// limiter.ErrRatesUnsupported. Nothing is sent to Redis until a request
-// comes.
+// Middleware returns a middleware that runs a handler once the request
+// had its rate slot and while it holds its permits (see ServerConfig).
+// Bad arguments give an error wrapping a *limiter.ArgumentError naming
+// the field or option; a closed client gives limiter.ErrClosed, a Rate on
+// a Redlock client limiter.ErrRatesUnsupported.
 //
-// With a Rate, a request first reserves its slot (an event of cost 1)
-// and sleeps until it, then waits for its permit, so that no permit is
-// held by a request that is only sleeping; both come out of the one
-// AcquireTimeout. A slot reserved counts, also when the permit is then
-// not had (the rate is never exceeded). A slot further off than
-// AcquireTimeout allows (or than the request's deadline) is not taken:
-// the request is answered BusyStatus with a Retry-After of that wait, as
-// below. A permit that comes more than limiter.Lateness after the slot
-// is not used with it (limiter.Reservation.Renew takes an event now when
-// the rate has room; else the permit is given back and the request
-// reserves anew with what is left of AcquireTimeout), so that requests
-// whose permits came late do not start together.
+// A request waits up to AcquireTimeout for its slot, then its permit,
+// else (also while the name is paused) it is answered BusyStatus with a
+// Retry-After of limiter.BusyError's RetryIn, in whole seconds. Its
+// context ending while it waits, a Redis failure or a closed client is
+// answered 503 (the latter two logged); a weight the semaphore refuses,
+// 500 (logged). In these cases the handler does not run.
 //
-// A request waits for its permit up to AcquireTimeout (or not at all when
-// AcquireTimeout is negative). If none frees in time, it is answered
-// BusyStatus (429 by default) with a Retry-After header: the seconds
-// until the earliest lease of the semaphore expires, or until the rate
-// slot (limiter.BusyError's RetryIn, rounded up, at least 1), and the
-// handler does not run. A paused name (limiter.Inspector.Pause, e.g. by
-// a Transport that heard 429 upstream) gives no slot and no new permit
-// before the pause ends: a request still waiting when AcquireTimeout
-// runs out is answered the same, its Retry-After until the pause's end.
-// A request whose own context ends while it waits
-// (the client went away; a slot it sleeps for is given back where
-// limiter.Reservation.Wait can), a Redis failure and a closed client
-// are answered 503 Service Unavailable without Retry-After (the latter
-// two logged); no slot and no permit is ever granted without Redis
-// saying so. A weight the semaphore refuses (see ServerConfig.Weight) is
-// answered 500 Internal Server Error and logged; the handler does not
-// run.
-//
-// The handler runs under the lease (limiter.Lease.Run), and
-// limiter.LeaseFrom(r.Context()) gives it the lease, e.g. for its
-// fencing token (with a Rate and no Limit there is no lease). The lease
-// is kept alive while the handler runs. If it is lost, the request's
-// context is cancelled with cause limiter.ErrLeaseLost (the limiter logs
-// the loss); what the handler wrote stays written. When the handler
-// returns or panics, the permits are released, detached from the
-// request's context and bounded by the limiter's ReleaseTimeout; a panic
-// goes on after the release, to net/http or an outer recovering
-// middleware. A failed release is logged and the permits come back at
-// the lease's TTL.
-//
-// Close client only after the http.Server has shut down: its Close ends
-// the waits for a slot or a permit in progress (answered 503) and
-// releases the leases of
-// handlers still running, cancelling their contexts with cause
-// limiter.ErrNotHeld.
+// The handler runs under the lease (limiter.Lease.Run;
+// limiter.LeaseFrom(r.Context()); none with a Rate and no Limit). On loss
+// its context is cancelled with cause limiter.ErrLeaseLost. When it
+// returns or panics the permits are released (a failure is logged; they
+// come back at the TTL), then a panic goes on. Close client after the
+// http.Server shut down: waits end with 503, and running handlers'
+// contexts are cancelled with cause limiter.ErrNotHeld. Why, and the
+// details: docs/design.md (httplimit).
 func Middleware(client *limiter.Client, cfg ServerConfig, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c, err := newCommon(client, caps{cfg.Name, cfg.Limit, cfg.Rate, cfg.AcquireTimeout}, opts)
 	if err != nil {

@@ -57,76 +57,27 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 	return t, nil
 }
 
-// RoundTrip waits for the request's rate slot, then for a permit of its
-// semaphore, then sends the request with the base transport. A request
-// its Key declines is sent at once, uncapped.
+// RoundTrip sends req with the base transport once it had its rate slot
+// and holds its permit, both within AcquireTimeout; a request its Key
+// declines is sent at once, uncapped.
 //
-// The slot comes first so that no permit is held while a request sleeps
-// until its slot: the permits go to requests that can be sent. Its event
-// counts from then on, also when the permit is then not had (the rate is
-// never exceeded; the slot goes unused). Both waits come out of the one
-// AcquireTimeout. A slot further off than what is left of it (or past the
-// request's deadline) is not taken: RoundTrip fails at once with an error
-// wrapping the rate's *limiter.BusyError (Rate set; Paused when the key
-// is paused; RetryIn how long the wait would have been). A permit that
-// comes more than limiter.Lateness after the slot is not used with it
-// (the request would bunch with those reserved after it): the request
-// takes an event now when the rate has room (limiter.Reservation.Renew),
-// else gives the permit back and reserves anew with what is left of
-// AcquireTimeout, failing as above when that slot is further off.
+// Without slot or permit, RoundTrip sends nothing, holds nothing, closes
+// req.Body and returns a wrapped error: the context's cause when the
+// request's context ends; a *limiter.BusyError (limiter.ErrBusy; after a
+// wait limiter.ErrTimeout; Paused while the key is paused) after
+// AcquireTimeout or for a slot further off; limiter.ErrClosed once the
+// limiter Client closes; or Redis's error.
 //
-// The wait ends with the request's context (RoundTrip returns an error
-// wrapping its cause; a slot being slept for is given back where
-// limiter.Reservation.Wait can), after AcquireTimeout (an error
-// wrapping a *limiter.BusyError, which matches limiter.ErrBusy and, after
-// a wait, limiter.ErrTimeout), or when the limiter Client closes
-// (limiter.ErrClosed, also during a rate sleep); a Redis failure is returned wrapped, whether reserving the slot
-// or acquiring the permit (a failed reservation may have been counted).
-// In each case nothing is held, the request's body is closed and nothing
-// is sent: a Transport never sends a request Redis did not let through.
+// The permit is released once: when the base transport fails, or the
+// body is read to io.EOF, fails or is closed (no body: before RoundTrip
+// returns); a failed release is logged, the permit back at the TTL. A
+// body never closed keeps its permit until the Client closes. If the
+// lease is lost in flight, RoundTrip or every later Read of the body
+// returns an error matching limiter.ErrLeaseLost.
 //
-// A response 429 Too Many Requests or 503 Service Unavailable with a
-// Retry-After header (seconds, or an HTTP date) pauses the key for every
-// process (limiter.Inspector.Pause) for as long as it asks, at most
-// PauseOnRetryAfter's bound (5 minutes by default), with a Rate, a Limit
-// or both: later requests get slots after the pause, paced by the rate
-// from there, and a request whose slot would come after AcquireTimeout
-// fails at once as above. Requests whose slots were reserved before the
-// 429, in this process or another, and have not come yet are held too:
-// the pause moves their slots past its end, in the order they were
-// reserved and ahead of later ones (limiter.Reservation), a few ms after
-// the 429; one moved past AcquireTimeout fails with the rate's
-// *limiter.BusyError, Paused set. The semaphore grants no new permit before the
-// end (waiters are served in order from then), so a request still
-// waiting when AcquireTimeout runs out fails with the semaphore's
-// *limiter.BusyError, Paused set and RetryIn until the end (at once when
-// AcquireTimeout is negative). A pause already longer stays. No Retry-After, a malformed one or
-// one already past pauses nothing. The Pause call (one round trip before
-// RoundTrip returns) is detached from the request's cancellation and
-// bounded by 2s; a Redis failure there is logged. The response is
-// returned to the caller unchanged in every case.
-//
-// The permit is released once: when the base transport fails, or when
-// the response body is read to io.EOF, fails, or is closed, whichever
-// comes first; a response without a body (http.NoBody: HEAD, 204, 304,
-// Content-Length 0) releases it before RoundTrip returns. The release
-// takes a round trip to Redis, bounded by the limiter's ReleaseTimeout,
-// in the Read that returns io.EOF or in Close. A failed release is logged
-// and the permit comes back at the lease's TTL. A body that is never
-// read to the end nor closed keeps its permit, kept alive, until the
-// limiter Client closes (as it keeps its connection): close every body,
-// or cap the hold with LimiterOptions(limiter.MaxHold(d)).
-//
-// If the lease is lost while the request is in flight (no refresh
-// confirmed by Redis in time, or the lease removed from Redis), the
-// request is cancelled: RoundTrip, or every later Read of the body,
-// returns an error matching limiter.ErrLeaseLost. That is deliberate:
-// once the lease is lost another process may be given the permit, so
-// carrying on would exceed the cap that this Transport promises the
-// upstream, and cutting the request off (which closes its connection)
-// is what ends the load on the upstream. The bytes read before the loss
-// were delivered intact; a caller reads the error like any other
-// failure mid-body, e.g. a reset connection.
+// A 429 or 503 with Retry-After pauses the key for every process, at most
+// PauseOnRetryAfter's bound (a failure is logged), and the response is
+// returned unchanged. Why, and the details: docs/design.md (httplimit).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := t.key(req)
 	if !ok {
