@@ -16,42 +16,20 @@
 // # Sampling, and what a restart forgets
 //
 // One sampler reads the known names from Redis every Interval (default
-// 1s) with the Inspector (the reads of redsem show, 16 names at a time):
-// about 13 commands per semaphore, some 30-40 µs of Redis CPU each (35 ms
-// a sample for 1,000 names), and one script per rate limit. Every
-// interval, or every 20 times the last listing took when that is longer
-// (and at least every 30s), it lists the names again with two SCANs, and there Redis walks every key of the database
-// (SCAN's MATCH only filters what it returns): about 0.75 µs of CPU a
-// key, 230 ms for 300,000 keys. A name new since the last listing shows up
-// at the next one, or at the next sample when its page (or an action)
-// asks for it. Everything served reads the latest sample: viewers, glob
-// filters and scrapes add no load on Redis.
+// 1s) with the Inspector, and lists the names again with two SCANs,
+// which walk every key of the database, as often as that stays cheap.
+// Everything served reads the latest sample: viewers, glob filters and
+// scrapes add no load on Redis. When no good sample came for 3 intervals
+// the pages and /metrics say the sample failed. Give the go-redis client
+// ContextTimeoutEnabled (or a ReadTimeout) so a read of a hung Redis ends.
 //
-// A go-redis client needs ContextTimeoutEnabled (or a ReadTimeout) for a
-// read of a hung Redis to end; without it the sampler leaves such a read
-// behind past Timeout, and starts no other until it ends. Either way, when
-// no good sample came for 3 intervals the pages and /metrics say the
-// sample failed.
-//
-// The history is a ring per name in this process's memory, 32 bytes a
-// point (about 28 KB per name at 15 minutes of 1s samples), allocated as
-// points come, for at most MaxNames names (those seen last); a restart
-// starts the charts afresh, and a name gone for longer than History is
-// forgotten. A name that goes and comes back has a gap in its charts.
-//
-// What Redis does not store is derived, and labelled so:
-//   - A holder's age is read from its fencing token, which the limiter
-//     never makes lower than the Redis server's time in microseconds at
-//     grant or handover, against this host's clock: it is off by the
-//     clocks' skew.
-//   - A waiter's age is since the sampler first saw it queued: for a
-//     request queued before the dashboard started it is shown as "≥".
-//   - Grants per second count the leases whose token is above every
-//     token of the sample before (tokens only grow): a lease granted and
-//     released between two samples is missed, so it is a lower bound.
-//     The store keeps no grant counter; the token is a time, not one.
-//   - A process's own limit (when no fleet limit is set) is not in Redis:
-//     the limit shows "-".
+// The history is kept in this process's memory, about 28 KB per name at
+// 15 minutes of 1s samples, for at most MaxNames names: a restart starts
+// the charts afresh. What Redis does not store is derived and labelled
+// so: a holder's age (from its fencing token: off by the clocks' skew), a
+// waiter's age (since the sampler first saw it: "≥" for older ones),
+// grants per second (a lower bound) and a process's own limit (not in
+// Redis: "-").
 //
 // # Actions
 //
@@ -67,7 +45,8 @@
 // # Assets
 //
 // Everything the pages load is embedded (go:embed): the pages work with
-// no network. The charts are uPlot 1.6.32 (MIT, static/uPlot.LICENSE),
-// vendored minified from its npm package: about 50 KB, canvas-drawn, made
-// for time series that update every second, with no dependencies.
+// no network. The charts are uPlot 1.6.32 (MIT, static/uPlot.LICENSE).
+//
+// docs/design.md (dashboard) has the costs, the timings and how the
+// derived values are computed; docs/cli.md shows redsem serve.
 package dashboard
