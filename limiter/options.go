@@ -154,7 +154,11 @@ func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } 
 // *BusyError whose Restarted is set) until the quarantine is over, as the
 // Redlock write-up asks of restarted nodes. Names in use since the start
 // are unaffected, and the check costs one INFO only on a name's first
-// grant.
+// grant. The quarantine ends the RestartQuarantine after the server
+// started (known to the second from INFO) or after the server first saw
+// the name, whichever is earlier: a key "<prefix>{<name>}:seen" records
+// that, written only while the quarantine may still be on and expiring
+// with it.
 //
 // A restart that brings back old state (an RDB snapshot, or AOF with
 // appendfsync everysec after a crash) forgets only the latest grants of
@@ -266,8 +270,8 @@ func (c *config) validate() error {
 		c.quarantine = c.ttl // derived again for each TTL a semaphore sets
 	}
 	if !c.acquireSet {
-		// Derived again for each TTL; the 2s cover INFO's rounding of the
-		// uptime (the quarantine may last a second past the TTL).
+		// Derived again for each TTL; the 2s cover a wait that starts
+		// just before the quarantine does and a loaded machine.
 		c.acquireTimeout = max(defaultAcquireTimeout, c.quarantine+2*time.Second)
 	}
 	if c.releaseTimeout <= 0 {

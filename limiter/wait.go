@@ -297,7 +297,8 @@ func (s *Semaphore) leave(wait string) {
 }
 
 // retryAfter is how long the head waiter sleeps without a wake-up: until
-// the name's pause ends, about the earliest expiry, or, after a quorum's
+// the name's pause or the restart quarantine ends, about the earliest
+// expiry, or, after a quorum's
 // split vote, the pause
 // the quorum proposed the first time, then a growing one (1ms doubling,
 // at most NodeTimeout/2): what looks like a split may be a holder missing
@@ -305,7 +306,12 @@ func (s *Semaphore) leave(wait string) {
 // until its refresh grants it there again, and must not be retried in a
 // loop.
 func (wt *waiting) retryAfter() time.Duration {
-	if wt.rep.Paused { // until its end, however long: no polling
+	// Until a pause's or the restart quarantine's end, however long: no
+	// polling, and no jitter, which made the first grant after a
+	// quarantine come up to a fifth of it late. (A quorum's reply may
+	// carry an earlier expiry than a restarted node's quarantine: that
+	// one polls as below.)
+	if wt.rep.Paused || wt.rep.Restarted && !wt.rep.Split && wt.rep.RetryIn >= wt.rep.Quarantine {
 		return wt.rep.RetryIn + time.Millisecond
 	}
 	if !wt.rep.Split {
