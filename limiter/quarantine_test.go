@@ -252,3 +252,86 @@ func TestRestartQuarantineEndsOnTime(t *testing.T) {
 		t.Errorf("granted %v after the restart, want about the TTL %v", d, ttl)
 	}
 }
+
+// A wait behind another that outlasts the quarantine is not woken when the
+// quarantine ends (the one ahead takes the permit): its error tells what
+// blocked it when it gave up, a holder, not a quarantine over for seconds
+// ("grants nothing new for 0s").
+func TestTimedOutWaitAfterTheQuarantineSaysBusy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	const quarantine = time.Second
+	c := redistest.Limiter(t, srv.Client(t), limiter.TTL(5*time.Second), limiter.RestartQuarantine(quarantine))
+	srv.Restart(t) // young: the quarantine is on
+	first, err := c.Mutex("after", limiter.AcquireTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *limiter.Lease, 1)
+	go func() {
+		l, err := first.Acquire(ctxT(t, 15*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(100 * time.Millisecond) // first queues at the head
+	second, err := c.Mutex("after", limiter.AcquireTimeout(quarantine+1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = second.Acquire(ctxT(t, 15*time.Second))
+	if l := <-got; l != nil {
+		defer l.Release(ctxT(t, 5*time.Second))
+	}
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("Acquire behind a holder: %v, want a BusyError with ErrTimeout", err)
+	}
+	t.Log(err)
+	if busy.Restarted || strings.Contains(err.Error(), "RestartQuarantine") {
+		t.Errorf("a wait that gave up %v after the quarantine ended blames it: %v", busy.Waited-quarantine, err)
+	}
+	if busy.InUse != 1 || busy.RetryIn <= 0 {
+		t.Errorf("the error says %d in use, retry in %v; want the holder's 1 and a time to come", busy.InUse, busy.RetryIn)
+	}
+}
+
+// A waiter behind the head has no timer: its last answer, long before it
+// gave up, announced an expiry (the TTL) that has passed since, refreshed
+// by the holder. The error is not "earliest expiry in 0s".
+func TestTimedOutWaitBehindAnotherIsCurrent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	const ttl = 500 * time.Millisecond
+	c := redistest.Limiter(t, srv.Client(t), limiter.TTL(ttl))
+	m, err := c.Mutex("behind", limiter.AcquireTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := m.TryAcquire(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctxT(t, 5*time.Second))
+	done := make(chan struct{})
+	go func() { // the head
+		defer close(done)
+		m.Acquire(ctxT(t, 10*time.Second))
+	}()
+	time.Sleep(100 * time.Millisecond)
+	behind, err := c.Mutex("behind", limiter.AcquireTimeout(4*ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = behind.Acquire(ctxT(t, 10*time.Second))
+	var busy *limiter.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, limiter.ErrTimeout) {
+		t.Fatalf("Acquire behind a waiter and a holder: %v, want a BusyError with ErrTimeout", err)
+	}
+	t.Log(err)
+	if busy.RetryIn <= 0 || strings.Contains(err.Error(), "expiry in 0s") {
+		t.Errorf("the error says the earliest expiry is %v from now, though the holder refreshes its lease: %v", busy.RetryIn, err)
+	}
+	<-done
+}
