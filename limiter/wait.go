@@ -151,6 +151,15 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 	switch {
 	case err != nil && wt.attemptCtx.Err() != nil:
 		return nil, wt.gaveUp(nil), done
+	case errors.Is(err, errReplyLate):
+		// Granted (which took it out of the queue), but the reply came
+		// after the lease's local deadline and the grant was given back:
+		// the permits were free, so try again at once, within the bound.
+		wt.queued, wt.unsure = false, false
+		if wt.ctx.Err() != nil {
+			return nil, wt.gaveUp(nil), done
+		}
+		return nil, nil, retry
 	case err != nil && errors.As(err, new(*QuorumError)) && wt.ctx.Done() != nil:
 		// A quorum that failed may come back (a node slow, restarting or
 		// failing over): try again while AcquireTimeout and ctx allow,
