@@ -549,7 +549,7 @@ func brokenBounds(c config) []string {
 			out = append(out, arg)
 		}
 	}
-	add(c.ttl < 5*time.Millisecond || c.ttl > maxTTL, "TTL")
+	add(c.ttl < MinTTL || c.ttl > maxTTL, "TTL")
 	add(!(c.clockDrift >= 0 && c.clockDrift < 0.5), "ClockDrift")
 	refresh := c.refresh
 	if !c.refreshSet {

@@ -62,6 +62,16 @@ type Lease struct {
 	refreshEntry entry // see refresher.addLease
 }
 
+// errReplyLate: a grant's reply came after the lease's local deadline, so
+// the grant was given back unused. Acquire and TryAcquire try again (see
+// lateRetries): the permits were free, only the reply was slow.
+var errReplyLate = fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
+
+// lateRetries bounds the attempts TryAcquire makes again after grants
+// whose replies came too late (errReplyLate); Acquire retries within its
+// wait's bound.
+const lateRetries = 2
+
 // newLease makes the lease of a grant that Redis made to last at least
 // life (the TTL, or less for a direct grant) after sent, a time before the
 // grant. It fails, and the caller gives the permits back, when the lease's
@@ -71,7 +81,7 @@ type Lease struct {
 func newLease(parent context.Context, s *Semaphore, id string, given bool, r store.AcquireReply, sent time.Time, life time.Duration) (*Lease, error) {
 	deadline := sent.Add(life - s.cfg.drift(life))
 	if !time.Now().Before(deadline) {
-		return nil, fmt.Errorf("%w: the reply came after the lease's local deadline", ErrLeaseLost)
+		return nil, errReplyLate
 	}
 	l := &Lease{sem: s, id: id, given: given, token: r.Token, weight: r.Weight, ttl: s.cfg.ttl, parent: parent,
 		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}

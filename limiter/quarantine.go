@@ -16,7 +16,9 @@ type quarantineNotice struct {
 
 // quarantined notes a refusal by the restart quarantine, which ends in
 // left. A quarantine that ends within a second of the one logged last is
-// the same (INFO counts the uptime in whole seconds).
+// the same: a server's names end theirs within the second after its start
+// plus the quarantine (the start is known to the second, each name's
+// first sight closer).
 func (c *Client) quarantined(left time.Duration) {
 	n := &c.quarantine
 	end := time.Now().Add(left)

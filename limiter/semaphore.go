@@ -86,6 +86,15 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 	}
 	start := time.Now()
 	l, rep, err := s.attempt(ctx, r)
+	for i := 0; i < lateRetries && errors.Is(err, errReplyLate) && ctx.Err() == nil; i++ {
+		// Granted, but the reply came too late to use the lease, which
+		// was given back: the permits were free, so ask again (a new id,
+		// as a quorum's failed attempt is rolled back by it).
+		if !r.IDGiven {
+			r.ID = s.c.newID()
+		}
+		l, rep, err = s.attempt(ctx, r)
+	}
 	switch {
 	case err != nil:
 		s.cfg.observer.Acquired(s.name, outcomeError, time.Since(start))

@@ -55,6 +55,8 @@ func TestBadInput(t *testing.T) {
 		{"TTL 0", "TTL", newSem(limiter.TTL(0))},
 		{"negative TTL", "TTL", newSem(limiter.TTL(-time.Second))},
 		{"TTL below 1ms", "TTL", newSem(limiter.TTL(time.Microsecond))},
+		{"TTL below MinTTL", "TTL", newSem(limiter.TTL(limiter.MinTTL - time.Millisecond))},
+		{"TTL of 5ms", "TTL", newSem(limiter.TTL(5 * time.Millisecond))},
 		{"TTL above 24h", "TTL", newSem(limiter.TTL(24*time.Hour + 1))},
 		{"TTL of MaxInt64", "TTL", newSem(limiter.TTL(math.MaxInt64))},
 		{"quarantine above 24h", "RestartQuarantine", newSem(limiter.RestartQuarantine(24*time.Hour + 1))},

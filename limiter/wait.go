@@ -151,6 +151,15 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 	switch {
 	case err != nil && wt.attemptCtx.Err() != nil:
 		return nil, wt.gaveUp(nil), done
+	case errors.Is(err, errReplyLate):
+		// Granted (which took it out of the queue), but the reply came
+		// after the lease's local deadline and the grant was given back:
+		// the permits were free, so try again at once, within the bound.
+		wt.queued, wt.unsure = false, false
+		if wt.ctx.Err() != nil {
+			return nil, wt.gaveUp(nil), done
+		}
+		return nil, nil, retry
 	case err != nil && errors.As(err, new(*QuorumError)) && wt.ctx.Done() != nil:
 		// A quorum that failed may come back (a node slow, restarting or
 		// failing over): try again while AcquireTimeout and ctx allow,
@@ -206,7 +215,7 @@ func (wt *waiting) sleep() (l *Lease, err error, next step) {
 	case <-fallback:
 		return nil, nil, retry
 	case <-wt.ctx.Done():
-		return nil, wt.gaveUp(nil), done
+		return wt.timedOut()
 	case <-c.ctx.Done():
 		return nil, wt.gaveUp(ErrClosed), done
 	}
@@ -235,16 +244,65 @@ func (wt *waiting) woken() (l *Lease, err error, next step) {
 		// attempt queues again.
 	}
 	if wt.ctx.Err() != nil { // AcquireTimeout ended as it was woken
-		return nil, wt.gaveUp(nil), done
+		return wt.timedOut()
 	}
 	return nil, nil, retry
+}
+
+// timedOut ends a wait whose ctx ended while it slept. When the wait's own
+// bound ended it and the last answer is stale, one more attempt asks Redis
+// how things stand, so that the error tells what blocked the wait when it
+// gave up: a waiter behind others sleeps until woken, past the quarantine
+// or the expiry its last answer announced, and its error said "grants
+// nothing new for 0s" seconds after the quarantine had ended. A grant that
+// attempt brings is the wait's lease, as an attempt in flight at the
+// timeout would be (attemptCtx allows NodeTimeout more for it).
+func (wt *waiting) timedOut() (l *Lease, err error, next step) {
+	if !wt.answered || !wt.ownTimeout() || !wt.stale() {
+		return nil, wt.gaveUp(nil), done
+	}
+	s, c := wt.s, wt.s.c
+	wt.attempts++
+	if !wt.r.IDGiven && !c.st.GrantsDirectly() {
+		wt.r.ID = c.newID() // as in try: a quorum's failed attempt is rolled back by id
+	}
+	sent := time.Now()
+	l, rep, err := s.attempt(wt.attemptCtx, wt.r)
+	switch {
+	case err == nil && l != nil:
+		wt.queued = false // the grant took it out of the queue
+		return l, nil, done
+	case err == nil:
+		wt.rep, wt.answeredAt = rep, time.Now()
+		wt.w.queued(sent, rep.LastToken)
+	default:
+		// The last answer stands, with the time since (busy counts it).
+		s.cfg.logger.Debug("redsem: the last look of a wait that timed out failed", "name", s.name, "err", err)
+	}
+	return nil, wt.gaveUp(nil), done
+}
+
+// ownTimeout: the wait's own bound (AcquireTimeout, MaxWait) ended it,
+// not the caller's ctx.
+func (wt *waiting) ownTimeout() bool {
+	return wt.parent.Err() == nil && errors.Is(context.Cause(wt.ctx), errAcquireTimeout)
+}
+
+// stale: what the last answer said blocked the wait (a quarantine, a
+// pause, the earliest expiry) has run out since.
+func (wt *waiting) stale() bool {
+	left := wt.rep.RetryIn
+	if wt.rep.Restarted {
+		left = wt.rep.Quarantine
+	}
+	return time.Since(wt.answeredAt) >= left
 }
 
 // gaveUp reports why a wait ended: our own timeout (busy only if Redis
 // answered at all), the Client's Close, or the caller's ctx.
 func (wt *waiting) gaveUp(err error) error {
 	s := wt.s
-	ownTimeout := wt.parent.Err() == nil && errors.Is(context.Cause(wt.ctx), errAcquireTimeout)
+	ownTimeout := wt.ownTimeout()
 	switch {
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("limiter: acquire %q: %w", s.name, ErrClosed)
@@ -297,7 +355,8 @@ func (s *Semaphore) leave(wait string) {
 }
 
 // retryAfter is how long the head waiter sleeps without a wake-up: until
-// the name's pause ends, about the earliest expiry, or, after a quorum's
+// the name's pause or the restart quarantine ends, about the earliest
+// expiry, or, after a quorum's
 // split vote, the pause
 // the quorum proposed the first time, then a growing one (1ms doubling,
 // at most NodeTimeout/2): what looks like a split may be a holder missing
@@ -305,7 +364,12 @@ func (s *Semaphore) leave(wait string) {
 // until its refresh grants it there again, and must not be retried in a
 // loop.
 func (wt *waiting) retryAfter() time.Duration {
-	if wt.rep.Paused { // until its end, however long: no polling
+	// Until a pause's or the restart quarantine's end, however long: no
+	// polling, and no jitter, which made the first grant after a
+	// quarantine come up to a fifth of it late. (A quorum's reply may
+	// carry an earlier expiry than a restarted node's quarantine: that
+	// one polls as below.)
+	if wt.rep.Paused || wt.rep.Restarted && !wt.rep.Split && wt.rep.RetryIn >= wt.rep.Quarantine {
 		return wt.rep.RetryIn + time.Millisecond
 	}
 	if !wt.rep.Split {

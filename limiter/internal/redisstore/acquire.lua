@@ -45,13 +45,14 @@ local function earliest(now_ms, fallback, first)
   return max(first[2] - now_ms, 0)
 end
 
--- Milliseconds until this server is surely older than q: a server
+-- Milliseconds until this server is surely older than q (ms): a server
 -- restarted empty forgot leases whose holders still believe in them for up
--- to their TTL (RestartQuarantine).
+-- to their TTL (RestartQuarantine). Rounded up: a retry at the end is
+-- granted.
 local function quarantine_left(q)
-  local up = uptime_us()
-  if not up then return 0 end
-  return max(q - up / 1000, 0)
+  local start = started_by(q * 1000)
+  if not start then return 0 end
+  return max(ceil((start + q * 1000 - now_us()) / 1000), 0)
 end
 
 local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]

@@ -154,16 +154,42 @@ local function clock_ms()
   return floor(now_us() / 1000)
 end
 
--- Microseconds since this server may have started, at most: a server
--- restarted empty forgot what it held. INFO's uptime is the difference of
--- two clock readings in whole seconds, so it may run up to a second ahead
--- of the time since the start: one second is taken off. nil from a server
--- that tells no uptime (an embedded fake), which is not restarted under
--- its users.
-local function uptime_us()
+-- When this server started, at the latest (µs, server clock), for the
+-- restart quarantine: a server restarted empty forgot what it held, which
+-- lives at most a TTL past the stop, and the stop came before the start.
+-- nil from a server that tells no uptime (an embedded fake), which is not
+-- restarted under its users.
+-- INFO's uptime_in_seconds is the whole seconds of its cached clock less
+-- those of the start (time(), whole seconds too), and server_time_usec is
+-- that cached clock: the start is within the second their difference
+-- begins, so at most that second's end. Taking the uptime alone as the age
+-- was up to a second late: a rate whose burst refills in 100ms waited 1.1s
+-- on a young server. Within that second, the name's marker (the key
+-- "<tag>:seen", "<run_id> <µs>") knows better: when this server (run_id:
+-- not a snapshot's or a master's) first saw the name, which was after it
+-- started. It is read and written only while the start plus keep_us (the
+-- caller's quarantine) may be to come, and lives until then: a marker gone
+-- sooner would be written anew, later, and end the quarantine later.
+local function started_by(keep_us)
   local info = redis.pcall('INFO', 'server')
   local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  return up and (up - 1) * 1000000
+  if not up then return nil end
+  local now = now_us()
+  local t = tonumber(string.match(info, 'server_time_usec:(%d+)'))
+  -- Before Redis 6.2 (no server_time_usec), the cached clock is at most
+  -- now, so its seconds are too.
+  local start = ((t and floor(t / 1000000) or floor(now / 1000000)) - up + 1) * 1000000
+  if start + keep_us <= now then return start end
+  local run = string.match(info, 'run_id:(%x+)')
+  if not run then return start end
+  local key = string.match(KEYS[1], '^[^}]*}') .. ':seen'
+  local m = redis.call('GET', key)
+  local mrun, seen
+  if m then mrun, seen = string.match(m, '^(%x+) (%d+)$') end
+  if mrun == run then return min(start, seen + 0) end
+  -- Until the latest end the uptime allows: past it, nobody asks.
+  redis.call('SET', key, run .. ' ' .. clock_string(), 'PX', fmt(ceil((start + keep_us - now) / 1000) + 1))
+  return min(start, now)
 end
 
 -- How long a rate's key (reserve.lua) outlives its tat. Past tat the

@@ -48,8 +48,8 @@ if not tat and ARGV[5] == '1' then
   -- No state: a name never used, used long ago, or forgotten by a restart.
   -- Events before the start can have moved tat to at most the start plus
   -- a burst: until then, take it that they did.
-  local up = uptime_us()
-  if up then tat = now - up + burst * T end
+  local start = started_by(burst * T)
+  if start then tat = start + burst * T end
 end
 tat = max(tat or now, now)
 -- A pause leaves the burst empty at its end: the first event goes then,
