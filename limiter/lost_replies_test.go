@@ -22,16 +22,16 @@ import (
 // where they returned ErrLeaseLost (a 5ms TTL did so on a loaded machine).
 func TestLateReplyGivesThePermitBack(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		testLateReplyGivesThePermitBack(t, b, "try", func(ctx context.Context, s *limiter.Mutex) (*limiter.Lease, error) {
+		testLateReplyGivesThePermitBack(t, b, "try", func(ctx context.Context, s *limiter.Semaphore) (*limiter.Lease, error) {
 			return s.TryAcquire(ctx)
 		})
-		testLateReplyGivesThePermitBack(t, b, "wait", func(ctx context.Context, s *limiter.Mutex) (*limiter.Lease, error) {
+		testLateReplyGivesThePermitBack(t, b, "wait", func(ctx context.Context, s *limiter.Semaphore) (*limiter.Lease, error) {
 			return s.Acquire(ctx)
 		})
 	})
 }
 
-func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acquire func(context.Context, *limiter.Mutex) (*limiter.Lease, error)) {
+func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acquire func(context.Context, *limiter.Semaphore) (*limiter.Lease, error)) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	sem, err := newMutex(t, rdb, "late-"+name, limiter.TTL(limiter.MinTTL))
