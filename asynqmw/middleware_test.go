@@ -388,7 +388,7 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("bad %s: want an *ArgumentError naming it, got %v", opt, err)
 		}
 	}
-	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.Prefix("{"))); !errors.As(err, &arg) || arg.Arg != "Prefix" {
+	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.ClockDrift(0.9))); !errors.As(err, &arg) || arg.Arg != "ClockDrift" {
 		t.Errorf("bad limiter option: want an *ArgumentError naming it, got %v", err)
 	}
 	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {

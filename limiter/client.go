@@ -68,7 +68,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 }
 
 func newClient(opts []Option, open func(*Client) store.Store) (*Client, error) {
-	cfg, err := defaultConfig().with(opts)
+	cfg, err := with(defaultConfig(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -98,18 +98,15 @@ func isNil(v any) bool {
 // Client's options apply, then opts. Invalid arguments give an
 // *ArgumentError naming them; after Close, ErrClosed. Nothing is sent to
 // Redis.
-func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore, error) {
+func (c *Client) Semaphore(name string, limit int64, opts ...NameOption) (*Semaphore, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
 	if limit < 1 || limit > maxLimit {
 		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
 	}
-	cfg, err := c.cfg.with(opts)
-	switch {
-	case err == nil && cfg.prefix != c.cfg.prefix:
-		err = argError("Prefix", cfg.prefix, "is a Client option: give it to New (the Client's wake channel and Inspector use it)")
-	case err == nil:
+	cfg, err := with(c.cfg, opts)
+	if err == nil {
 		err = c.canWait(cfg.replicas)
 	}
 	if err != nil {
@@ -125,7 +122,7 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 // Mutex returns the mutex named name: the Semaphore of one permit, with
 // the same leases, fencing tokens, handover, queue and errors (an
 // *ArgumentError, or ErrClosed after Close).
-func (c *Client) Mutex(name string, opts ...Option) (*Semaphore, error) {
+func (c *Client) Mutex(name string, opts ...NameOption) (*Semaphore, error) {
 	return c.Semaphore(name, 1, opts...)
 }
 

@@ -33,8 +33,8 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // out); a node found evicting settles it, and a Redis that refuses INFO,
 // e.g. by ACL, is taken as safe and logged at Debug. An acquisition whose ctx ends
 // while it waits for a check in progress goes on to its attempt, which
-// reports that ctx. A Client option: on a Semaphore it has no effect.
-func AllowEviction() Option { return func(c *config) { c.allowEviction = true } }
+// reports that ctx. A Client's alone.
+func AllowEviction() Option { return clientOption(func(c *config) { c.allowEviction = true }) }
 
 // evictionCheck remembers, per Client, what the maxmemory check found.
 type evictionCheck struct {

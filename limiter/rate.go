@@ -126,17 +126,14 @@ type RateLimit struct {
 // happen, and the rate after the restart comes on top of them for as far
 // ahead as they were reserved (AcquireTimeout, 10s by default, bounds
 // that; an unbounded wait does not).
-func (c *Client) RateLimit(name string, r Rate, opts ...Option) (*RateLimit, error) {
+func (c *Client) RateLimit(name string, r Rate, opts ...NameOption) (*RateLimit, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
 	if err := r.check("rate"); err != nil {
 		return nil, err
 	}
-	cfg, err := c.cfg.with(opts)
-	if err == nil && cfg.prefix != c.cfg.prefix {
-		err = argError("Prefix", cfg.prefix, "is a Client option: give it to New")
-	}
+	cfg, err := with(c.cfg, opts)
 	if err != nil {
 		return nil, err
 	}
