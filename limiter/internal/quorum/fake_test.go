@@ -261,7 +261,7 @@ func (n *fakeNode) acquire(argv []any) []any {
 	return []any{int64(1), tok, weight, limit - inUse - weight, int64(0)}
 }
 
-// release answers as release.lua: ARGV id, token (” = any), ...
+// release answers as release.lua: ARGV id, token ("": any), ...
 func (n *fakeNode) release(argv []any) any {
 	id, tok := fmt.Sprint(argv[0]), fmt.Sprint(argv[1])
 	l, ok := n.leases[id]
