@@ -16,8 +16,8 @@ import (
 func TestReleaseReachesEveryNode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// per node: 'h' holds the lease, '-' lacks it, 'x' fails, 's'
-		// holds it and answers late
+		// per node: 'h' holds the lease, '-' lacks it, 'x' fails, 'y'
+		// fails late, 's' holds it and answers late
 		nodes string
 		freed int64
 		fails bool
@@ -25,7 +25,9 @@ func TestReleaseReachesEveryNode(t *testing.T) {
 		{"all hold", "hhh", 1, false},
 		{"one fails", "hxh", 1, false},
 		{"one slow", "hhs", 1, false},
-		{"two fail, one frees", "xhx", 1, false},
+		// Once failures rule out a quorum, Release returns: it succeeds
+		// if a node freed the lease by then.
+		{"two fail late, one frees", "yhy", 1, false},
 		{"two fail, none frees", "x-x", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,9 +40,12 @@ func TestReleaseReachesEveryNode(t *testing.T) {
 				case 's':
 					n.hold("L", "42", 1)
 					n.set(func(n *fakeNode) { n.delay = slow })
-				case 'x':
+				case 'x', 'y':
 					n.hold("L", "42", 1)
 					n.set(func(n *fakeNode) { n.fail = replyError("ERR boom") })
+					if tc.nodes[i] == 'y' {
+						n.set(func(n *fakeNode) { n.delay = 50 * time.Millisecond })
+					}
 				}
 			}
 			start := time.Now()
@@ -56,7 +61,7 @@ func TestReleaseReachesEveryNode(t *testing.T) {
 				eventually(t, n.addr+" got the release", func() bool {
 					return slices.Equal(n.got("release"), []fakeCall{{"release", "L", "42"}})
 				})
-				if tc.nodes[i] != 'x' {
+				if tc.nodes[i] != 'x' && tc.nodes[i] != 'y' {
 					eventually(t, n.addr+" let L go", func() bool { return n.held("L") == "" })
 				}
 			}
