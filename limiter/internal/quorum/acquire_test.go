@@ -116,6 +116,13 @@ func TestFailedNodeReleasedOnlyForRandomID(t *testing.T) {
 			if got := failed.got("release"); !slices.Equal(got, tc.want) {
 				t.Fatalf("failed node got releases %v, want %v", got, tc.want)
 			}
+			// Nor is a give-back kept for when the node is back.
+			h := &q.health[2]
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if len(h.undos) != 0 {
+				t.Fatalf("%d give-back(s) deferred for the failed node", len(h.undos))
+			}
 		})
 	}
 }
