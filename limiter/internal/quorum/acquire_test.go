@@ -180,7 +180,7 @@ func TestFailedAttemptErrorNamesFullAndFailedNodes(t *testing.T) {
 // A node that never answers delays an attempt by at most the node
 // timeout, and, marked down, not at all the next time.
 func TestHungNodeDoesNotDelayDecisionPastTimeout(t *testing.T) {
-	const timeout = 100 * time.Millisecond
+	const timeout = 200 * time.Millisecond
 	q := newFakeQuorum(t, timeout, "a:1", "b:1", "c:1")
 	q.nodes[2].set(func(n *fakeNode) { n.hang = true })
 	start := time.Now()
@@ -222,7 +222,8 @@ func TestAcquireReturnsWhenCtxEnds(t *testing.T) {
 	if rep.Granted || !errors.Is(err, cause) {
 		t.Fatalf("Acquire = %+v, %v; want the ctx's cause", rep, err)
 	}
-	if n := q.nodes[0]; n.count() != 0 {
-		t.Errorf("%s still holds the attempt's grant", n.addr)
-	}
+	// Given back before Acquire returns, or, if it came after the ctx
+	// ended, in the background.
+	n := q.nodes[0]
+	eventually(t, n.addr+" gives the attempt's grant back", func() bool { return n.count() == 0 })
 }

@@ -322,12 +322,12 @@ func (replyError) RedisError()     {}
 
 var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 
-// eventually fails the test unless cond holds within a second.
+// eventually fails the test unless cond holds within 2s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Second); !cond(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 1s: %s", what)
+			t.Fatalf("not within 2s: %s", what)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // back; then it is asked again, and the give-backs meant for it meanwhile
 // are sent.
 func TestUnreachableNodeIsSkippedUntilProbeFindsItBack(t *testing.T) {
-	q := newFakeQuorum(t, 20*time.Millisecond, "a:1", "b:1", "c:1")
+	q := newFakeQuorum(t, 100*time.Millisecond, "a:1", "b:1", "c:1")
 	down := q.nodes[2]
 	down.set(func(n *fakeNode) { n.fail = errRefused })
 	if rep, err := q.Acquire(context.Background(), mutex("m"), acquireReq("L1")); err != nil || !rep.Granted {

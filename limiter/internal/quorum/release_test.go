@@ -31,7 +31,7 @@ func TestReleaseReachesEveryNode(t *testing.T) {
 		{"two fail, none frees", "x-x", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const slow = 300 * time.Millisecond
+			const slow = 500 * time.Millisecond
 			q := newFakeQuorum(t, time.Second, "a:1", "b:1", "c:1")
 			for i, n := range q.nodes {
 				switch tc.nodes[i] {
