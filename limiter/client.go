@@ -51,10 +51,6 @@ type Client struct {
 	ids *ids // its lease ids: the live leases, and what a retry may take back
 }
 
-// ErrClosed is returned by calls on a Client (or its semaphores) after
-// Close, and ends the waits that Close interrupts.
-var ErrClosed = errors.New("limiter: client closed")
-
 // New returns a Client of rdb: a plain, Sentinel failover or Cluster
 // client of go-redis, which the Client uses but does not close. The
 // options are the defaults of every semaphore made from it. Invalid
@@ -251,7 +247,7 @@ func (c *Client) canWait(w store.ReplicaWait) error {
 // deadline. When the store honours that deadline by itself (see
 // store.Store.BoundedByCtx) fn runs on the caller's goroutine: handing the
 // call to a goroutine and back costs about 30 µs on a loaded 2-core
-// machine, a fifth of an uncontended acquire and release (BENCHMARKS.md).
+// machine, a fifth of an uncontended acquire and release (docs/benchmarks-history.md).
 func bounded[T any](c *Client, ctx context.Context, fn func() (T, error)) (T, error) {
 	if c.st.BoundedByCtx() {
 		return fn()

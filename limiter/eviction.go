@@ -14,12 +14,6 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// ErrEvictingRedis is returned (unless AllowEviction) by acquisitions on
-// a Redis whose maxmemory policy may evict the semaphores' keys: an
-// evicted key forgets its holders, and others are then granted their
-// permits.
-var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (maxmemory with an evicting maxmemory-policy)")
-
 // AllowEviction lets the Client grant on a Redis that may evict its keys:
 // it logs the danger once, at Error level, and goes on. Without it (the
 // default) the Client refuses every acquisition with ErrEvictingRedis

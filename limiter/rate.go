@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -89,13 +88,6 @@ func (r Rate) check(arg string) error {
 	}
 	return nil
 }
-
-// ErrRatesUnsupported is returned by Client.RateLimit on a Redlock
-// Client: a quorum of independent rates would let through up to N/quorum
-// times the rate (each node counts only the events it saw), on clocks
-// that disagree. Keep a rate on one Redis deployment (a node, Sentinel or
-// Cluster).
-var ErrRatesUnsupported = errors.New("limiter: rate limits need one Redis deployment, not Redlock's independent nodes")
 
 // RateLimit is a fleet-wide rate limit: every process whose Client uses
 // the same Redis, prefix and name shares it, on the server's clock. Each
