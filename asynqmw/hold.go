@@ -251,7 +251,7 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 		inner, h := fn, hs[i]
 		fn = func(ctx context.Context) error {
 			defer m.released(h.g)
-			return m.run(ctx, t, h.lease, h.g.r.Name, inner)
+			return m.run(ctx, t, h.lease, h.g, inner)
 		}
 	}
 	return fn(ctx)
@@ -261,16 +261,25 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 // when fn returns or panics (asynq recovers the panic), unless it was
 // lost, and returns what fn returned: a loss is counted and logged, a
 // failed release logged, and neither turns fn's success into a failure.
-func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) error {
+// A failure after a loss (the handler's context ended with it: a Redis
+// restarted empty, a forced release) is the fleet's, not the task's: the
+// task is re-queued as busy, after about the TTL (a restart's quarantine).
+func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, g gate, fn func(context.Context) error) (out error) {
+	rule := g.r.Name
 	defer func() { // also when the handler panicked
-		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
-			m.opts.metrics.lost(rule)
-			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
+		lost := lease.Err()
+		if !errors.Is(lost, limiter.ErrLeaseLost) {
+			return
+		}
+		m.opts.metrics.lost(rule)
+		m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
+		if out != nil && !errors.Is(out, limiter.ErrBusy) {
+			m.opts.metrics.requeued(rule)
+			out = &BusyError{Semaphore: g.name, RetryIn: later(g.r.TTL), Err: out}
 		}
 	}()
 	m.opts.metrics.runs(rule, 1)
 	defer m.opts.metrics.runs(rule, -1)
-	var out error
 	err := lease.Run(ctx, func(ctx context.Context) error {
 		out = fn(ctx)
 		return out
