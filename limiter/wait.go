@@ -75,7 +75,7 @@ func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, bound time
 		if next == retry {
 			continue
 		}
-		if next == sleep {
+		for next == sleep {
 			l, err, next = wt.sleep()
 		}
 		if next == done {
@@ -245,6 +245,13 @@ func (wt *waiting) woken() (l *Lease, err error, next step) {
 	}
 	if wt.ctx.Err() != nil { // AcquireTimeout ended as it was woken
 		return wt.timedOut()
+	}
+	if at, ok := wt.w.madeHeadOnly(); ok {
+		// The head left the queue, and this waiter, which did not fit,
+		// is the head now: the timer for the expiry ahead is its own.
+		wt.rep.Head, wt.rep.Split, wt.rep.Restarted, wt.rep.Paused = true, false, false, false
+		wt.rep.RetryIn, wt.answeredAt = max(time.Until(at), 0), time.Now()
+		return nil, nil, sleep
 	}
 	return nil, nil, retry
 }

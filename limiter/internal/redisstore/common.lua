@@ -328,20 +328,71 @@ end
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
 -- its retry learns so, and not waited for.
-local function fitting(now_ms, free, limit)
-  local fit = {}
-  if free <= 0 then return fit end
+-- With want_next, it also returns the first waiter that does not fit, as
+-- {id, channel, woken} (nil when the queue ends first), read in the same
+-- page (one entry more); with free <= 0 that is the head.
+local function fitting(now_ms, free, limit, want_next)
+  local fit, nxt = {}, nil
+  if free <= 0 and not want_next then return fit end
+  local first = min(max(free, 0), 16) -- each fits in one permit at least
+  if want_next then first = min(first + 1, 16) end
   walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
     if w > limit then
       fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken, ws}
       return false
     end
-    if w > free then return true end
+    if w > free then
+      if want_next then nxt = {id, channel, woken} end
+      return true
+    end
     free = free - w
     fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken, ws}
-    return free <= 0
-  end, nil, min(free, 16)) -- each fits in one permit at least
-  return fit
+    return free <= 0 and not want_next
+  end, nil, first)
+  return fit, nxt
+end
+
+-- Sends msg to a waiter on channel, or, on own (the caller's process),
+-- adds it to mine, returned rather than published.
+local function tell(channel, msg, own, mine)
+  if channel == own then
+    mine[#mine + 1] = msg
+  elseif string.find(channel, '{', 1, true) then
+    -- A channel with the name's hash tag is the waiter's shard channel
+    -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
+    -- the message in this shard, where a PUBLISH reaches every node.
+    -- pcall: a server without SPUBLISH (or a user refused it) must not
+    -- abort the release half done; the waiter's keep-alive tells it
+    -- its turn instead.
+    redis.pcall('SPUBLISH', channel, msg)
+  else
+    redis.call('PUBLISH', channel, msg)
+  end
+end
+
+-- Milliseconds until the earliest lease (expired or not) expires, nil
+-- when none is left. head is the leases' first entry when read already.
+local function earliest_ms(head)
+  head = head or redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+  if #head == 0 or head[1] == '' then return nil end
+  return max(head[2] - clock_ms(), 0)
+end
+
+-- The new head's keep-alive (refresh.lua) tells it its turn and the
+-- earliest expiry, within QueueTTL/3 (1s): a notice is published only
+-- for an expiry sooner than that and a margin, so that a contended
+-- semaphore of long TTLs pays nothing for it.
+local HEAD_TOLD_MS = 1500
+
+-- The message that makes the waiter id the queue's head: "id h<ms>", ms
+-- until the earliest lease expires, when its timer is to try; "id" (try
+-- now) when no lease is left; nil when the expiry is far enough for the
+-- keep-alive to tell. An older Client takes it for a wake-up.
+local function head_message(id)
+  local ms = earliest_ms()
+  if not ms then return id end
+  if ms > HEAD_TOLD_MS then return nil end
+  return id .. ' h' .. fmt(ms)
 end
 
 -- Passes free permits on to the waiters that now fit, in queue order. With
@@ -376,16 +427,34 @@ end
 -- keep-alive), and a waiter queued again by an older version, which knows
 -- nothing of it, is woken again all the same.
 -- A direct grant is made whether the waiter is marked or not.
+--
+-- Only the head waiter keeps a timer, for leases that expire without a
+-- release. moved says the caller took a waiter out of the queue (its
+-- grant, or its leaving); a direct grant here takes one too. The waiter
+-- that is then the head, and was neither granted nor woken, is told so
+-- (head_message), with the time of the earliest expiry, which its timer
+-- now keeps: otherwise it heard of an expiry ahead of it only at its
+-- keep-alive, up to QueueTTL/3 later (with a 50ms TTL a waiter gave up
+-- after a second while the leases ahead had expired). The keep-alive
+-- tells the head too (refresh.lua), in time for an expiry further off
+-- than HEAD_TOLD_MS.
 local WOKEN_MS = 200
-local function pass_on(now_ms, free, own, limit, g)
+local function pass_on(now_ms, free, own, limit, g, moved)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
   local marks = {}
-  local fit = fitting(now_ms, free, limit)
+  local fit, nxt = fitting(now_ms, free, limit, moved or (granting and free > 0))
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
-  -- the pause, and its grant passes the turn on.
-  if #fit > 0 and pause_left(now_ms) > 0 then return mine end
+  -- the pause, and its grant passes the turn on. A new head takes the
+  -- timer.
+  if #fit > 0 then
+    local paused = pause_left(now_ms)
+    if paused > 0 then
+      if moved then tell(fit[1][2], fit[1][1] .. ' h' .. fmt(paused), own, mine) end
+      return mine
+    end
+  end
   for _, f in ipairs(fit) do
     local wait, channel, fw, hand, fexp, own_limit, woken, fws = f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
     local msg = wait
@@ -409,21 +478,7 @@ local function pass_on(now_ms, free, own, limit, g)
     else
       marks[#marks + 1], marks[#marks + 2] = '!' .. wait, fmt(clock_ms())
     end
-    if msg and channel == own then
-      mine[#mine + 1] = msg
-    elseif msg then
-      -- A channel with the name's hash tag is the waiter's shard channel
-      -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
-      -- the message in this shard, where a PUBLISH reaches every node.
-      -- pcall: a server without SPUBLISH (or a user refused it) must not
-      -- abort the release half done; the waiter's keep-alive tells it
-      -- its turn instead.
-      if string.find(channel, '{', 1, true) then
-        redis.pcall('SPUBLISH', channel, msg)
-      else
-        redis.call('PUBLISH', channel, msg)
-      end
-    end
+    if msg then tell(channel, msg, own, mine) end
   end
   if #marks > 0 then
     if g then
@@ -447,6 +502,14 @@ local function pass_on(now_ms, free, own, limit, g)
       expire_keys(at)
     end
   end
+  -- The new head: those ahead of nxt were all granted here (none only
+  -- woken, whose attempts will pass the turn on), and it was not woken
+  -- just now (its attempt, on its way, will tell it).
+  if nxt and (moved or #zrem > 0) and #zrem == #fit
+      and not (nxt[3] and clock_ms() - nxt[3] < WOKEN_MS) then
+    local msg = head_message(nxt[1])
+    if msg then tell(nxt[2], msg, own, mine) end
+  end
   return mine
 end
 
@@ -456,5 +519,5 @@ end
 local function dequeue(wait, now_ms, free, own, limit)
   if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
   redis.call('HDEL', KEYS[2], '?' .. wait, '!' .. wait)
-  return pass_on(now_ms, free, own, limit)
+  return pass_on(now_ms, free, own, limit, nil, true)
 end
