@@ -430,21 +430,24 @@ end
 --
 -- Only the head waiter keeps a timer, for leases that expire without a
 -- release. moved says the caller took a waiter out of the queue (its
--- grant, or its leaving); a direct grant here takes one too. The waiter
--- that is then the head, and was neither granted nor woken, is told so
--- (head_message), with the time of the earliest expiry, which its timer
--- now keeps: otherwise it heard of an expiry ahead of it only at its
--- keep-alive, up to QueueTTL/3 later (with a 50ms TTL a waiter gave up
--- after a second while the leases ahead had expired). The keep-alive
--- tells the head too (refresh.lua), in time for an expiry further off
--- than HEAD_TOLD_MS.
+-- grant, or its leaving). The waiter that is then the head, when nobody
+-- fits, is told so (head_message), with the time of the earliest expiry,
+-- which its timer now keeps: otherwise it heard of an expiry ahead of it
+-- only at its keep-alive, up to QueueTTL/3 later (with a 50ms TTL a
+-- waiter gave up after a second while the leases ahead had expired). The
+-- keep-alive tells the head too (refresh.lua), in time for an expiry
+-- further off than HEAD_TOLD_MS. A direct grant here makes a new head
+-- too, but is not followed by a notice: it comes only with TTLs of
+-- QueueTTL or more, refreshed every third, so only a holder that stopped
+-- refreshing expires within the second before the keep-alive tells, and
+-- the contended release, the hot path, reads nothing more.
 local WOKEN_MS = 200
 local function pass_on(now_ms, free, own, limit, g, moved)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
   local marks = {}
-  local fit, nxt = fitting(now_ms, free, limit, moved or (granting and free > 0))
+  local fit, nxt = fitting(now_ms, free, limit, moved)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
   -- the pause, and its grant passes the turn on. A new head takes the
   -- timer.
@@ -502,10 +505,10 @@ local function pass_on(now_ms, free, own, limit, g, moved)
       expire_keys(at)
     end
   end
-  -- The new head: those ahead of nxt were all granted here (none only
-  -- woken, whose attempts will pass the turn on), and it was not woken
-  -- just now (its attempt, on its way, will tell it).
-  if nxt and (moved or #zrem > 0) and #zrem == #fit
+  -- The new head: nobody ahead of nxt fitted (those woken would pass the
+  -- turn on with their attempts), and it was not woken just now (its
+  -- attempt, on its way, will tell it).
+  if nxt and moved and #fit == 0
       and not (nxt[3] and clock_ms() - nxt[3] < WOKEN_MS) then
     local msg = head_message(nxt[1])
     if msg then tell(nxt[2], msg, own, mine) end
