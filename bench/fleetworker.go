@@ -72,6 +72,8 @@ type fleetReport struct {
 	Failed   int64  `json:"failed"`
 	FirstErr string `json:"firstErr,omitempty"`
 	Err      string `json:"err,omitempty"`
+	// Sent: commands sent to the limiter's Redis (a go-redis hook).
+	Sent int64 `json:"sent"`
 }
 
 // IsFleetWorker says whether this process is a fleet worker.
@@ -168,11 +170,13 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		runs, ok, busy, rate, parked, paused, semaBusy, rateBusy, tooMany, failed atomic.Int64
 	}
 	var firstErr sync.Once
+	var sent atomic.Int64 // commands sent to the limiter's Redis
 	defer func() {
 		rep.Runs, rep.OK = counts.runs.Load(), counts.ok.Load()
 		rep.Busy, rep.Rate, rep.Parked, rep.Paused = counts.busy.Load(), counts.rate.Load(), counts.parked.Load(), counts.paused.Load()
 		rep.SemaBusy, rep.RateBusy = counts.semaBusy.Load(), counts.rateBusy.Load()
 		rep.TooMany, rep.Failed = counts.tooMany.Load(), counts.failed.Load()
+		rep.Sent = sent.Load()
 	}()
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Concurrency}, Timeout: 10 * time.Second}
@@ -180,6 +184,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 	defer asynqRDB.Close()
 	limRDB := redis.NewClient(&redis.Options{Addr: cfg.LimiterAddr, ContextTimeoutEnabled: true})
 	defer limRDB.Close()
+	limRDB.AddHook(countHook{&sent})
 
 	call := func(ctx context.Context, t *asynq.Task) (fleetPayload, string, error) {
 		var p fleetPayload
@@ -289,7 +294,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		srvCfg.IsFailure = asynqmw.IsFailure(nil)
 		srvCfg.RetryDelayFunc = asynqmw.RetryDelay(nil)
 
-	case fleetXRate:
+	case fleetXRate, fleetXRate1:
 		// asynq's x/rate Semaphore for the calls at once (one fleet-wide
 		// scope, one scope per customer), go-redis/redis_rate for the
 		// starts a second, both on the limiter's Redis; the wiki's
@@ -298,8 +303,13 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		// a semaphore, redis_rate's RetryAfter for the rate, the 429's
 		// Retry-After for a 429 (that task only: nothing tells the other
 		// workers).
+		semaRetry := func() time.Duration { return xrateSemaRetry }
+		if cfg.Variant == fleetXRate1 {
+			semaRetry = tunedRetry
+		}
 		opt := asynq.RedisClientOpt{Addr: cfg.LimiterAddr}
-		global := NewXSemaphore(opt, "partner-api", int(cfg.Limit))
+		hook := countHook{&sent}
+		global := NewXSemaphore(opt, "partner-api", int(cfg.Limit), hook)
 		cleanup = append(cleanup, func() { _ = global.Close() })
 		var perMu sync.Mutex
 		per := map[string]*XSemaphore{}
@@ -307,7 +317,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 			perMu.Lock()
 			defer perMu.Unlock()
 			if per[c] == nil {
-				per[c] = NewXSemaphore(opt, "partner-customer:"+c, int(cfg.PerCustomer))
+				per[c] = NewXSemaphore(opt, "partner-customer:"+c, int(cfg.PerCustomer), hook)
 				s := per[c]
 				cleanup = append(cleanup, func() { _ = s.Close() })
 			}
@@ -327,7 +337,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 					return err
 				}
 				if !ok {
-					return &RateLimitError{RetryIn: xrateSemaRetry, Sema: true}
+					return &RateLimitError{RetryIn: semaRetry(), Sema: true}
 				}
 				defer s.Release(context.WithoutCancel(ctx))
 			}
@@ -348,7 +358,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		srvCfg.IsFailure = func(err error) bool { return !IsRateLimitError(err) }
 		srvCfg.RetryDelayFunc = recipeRetryDelay
 
-	case fleetLocal:
+	case fleetLocal, fleetLocal1:
 		// The asynq wiki's "Rate limiting" page, per process: a
 		// golang.org/x/time/rate Limiter of the fleet's rate split over
 		// the processes (18/4 = 4.5/s; burst 1 like the other variants,
@@ -362,6 +372,9 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		lim := xrate.NewLimiter(xrate.Limit(cfg.Rate/float64(cfg.Procs)), 1)
 		slots := make(chan struct{}, max(int(cfg.Limit)/cfg.Procs, 1))
 		retryIn := func() time.Duration { return time.Duration(rand.IntN(10)) * time.Second }
+		if cfg.Variant == fleetLocal1 {
+			retryIn = tunedRetry
+		}
 		mux.HandleFunc(fleetTaskType, func(ctx context.Context, t *asynq.Task) error {
 			select {
 			case slots <- struct{}{}:
@@ -389,6 +402,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 	if err := asynqRDB.Ping(context.Background()).Err(); err != nil {
 		return rep, fmt.Errorf("asynq's redis: %w", err)
 	}
+	sent.Store(0)
 	if _, err := fmt.Fprintln(out, "ready"); err != nil {
 		return rep, err
 	}
@@ -406,16 +420,13 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 }
 
 // xrateSemaRetry is the x/rate variant's re-queue delay for a semaphore
-// that said no: x/rate's example's.
-var xrateSemaRetry = 30 * time.Second
+// that said no: x/rate's example's 30s.
+const xrateSemaRetry = 30 * time.Second
 
-func init() {
-	if v := os.Getenv("REDSEM_BENCH_XRATE_RETRY"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			xrateSemaRetry = d
-		}
-	}
-}
+// tunedRetry is the "1s retry" variants' re-queue delay for any refusal
+// but redis_rate's (whose RetryAfter is exact): 0.5-1.5s, the shortest
+// that a user who saw the recipes' delays starve the fleet might pick.
+func tunedRetry() time.Duration { return 500*time.Millisecond + rand.N(time.Second) }
 
 // fleetCustomerOf is the per-customer rule's Key.
 func fleetCustomerOf(_ context.Context, t *asynq.Task) (string, bool) {
@@ -429,5 +440,7 @@ func fleetCustomerOf(_ context.Context, t *asynq.Task) (string, bool) {
 const (
 	fleetRedsem = "redsem"
 	fleetXRate  = "x/rate+redis_rate"
+	fleetXRate1 = "x/rate+redis_rate, 1s retry"
 	fleetLocal  = "per-process x/time/rate"
+	fleetLocal1 = "per-process, 1s retry"
 )

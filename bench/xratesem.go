@@ -20,11 +20,15 @@ import (
 )
 
 // NewXSemaphore is x/rate's NewSemaphore: a counting semaphore of
-// maxTokens for scope, on the Redis rco names.
-func NewXSemaphore(rco asynq.RedisConnOpt, scope string, maxTokens int) *XSemaphore {
+// maxTokens for scope, on the Redis rco names; hooks (the bench's
+// command count) are added to its client.
+func NewXSemaphore(rco asynq.RedisConnOpt, scope string, maxTokens int, hooks ...redis.Hook) *XSemaphore {
 	rc, ok := rco.MakeRedisClient().(redis.UniversalClient)
 	if !ok {
 		panic(fmt.Sprintf("rate.NewSemaphore: unsupported RedisConnOpt type %T", rco))
+	}
+	for _, h := range hooks {
+		rc.AddHook(h)
 	}
 	if maxTokens < 1 {
 		panic("rate.NewSemaphore: maxTokens cannot be less than 1")
