@@ -503,7 +503,7 @@ type fleetStats struct {
 	Jain                   float64
 	JainWindow             time.Duration
 	Shares                 string
-	Gap                    time.Duration
+	Gap, GapAt             time.Duration // the longest gap, and where it began (from "go")
 	FullSpeed              time.Duration // -1: never
 	PeakSent, MaxPer1s     int
 	LimSent, LimCmds       float64 // per task done: sent by the workers, run by Redis
@@ -640,7 +640,9 @@ func (r fleetRun) stats() fleetStats {
 
 	prev := r.T0
 	for _, c := range acc {
-		s.Gap = max(s.Gap, c.At.Sub(prev))
+		if g := c.At.Sub(prev); g > s.Gap {
+			s.Gap, s.GapAt = g, prev.Sub(r.T0)
+		}
 		prev = c.At
 	}
 	ref := r.T0
@@ -777,6 +779,10 @@ func printFleet(out io.Writer, runs []fleetRun) {
 			s.Jain, s.Gap.Seconds(), full, s.PeakSent, s.MaxPer1s, s.LimSent, s.LimCmds, s.LimCPU, s.AsyCmds)
 		n := fmt.Sprintf("- %s, %s: re-queues %s; calls/s per customer over the first %.1fs: %s; %d accepted calls not done (cut short or repeated); load %.1f→%.1f",
 			name, r.Variant, orNone(s.RequeueKinds), s.JainWindow.Seconds(), s.Shares, s.Wasted, r.Load[0], r.Load[1])
+		n += fmt.Sprintf("; longest gap from %.1fs", s.GapAt.Seconds())
+		if !r.RestartAt.IsZero() {
+			n += fmt.Sprintf("; restart at %.1fs", r.RestartAt.Sub(r.T0).Seconds())
+		}
 		if s.FirstErr != "" {
 			n += "; first failure: " + s.FirstErr
 		}
