@@ -363,9 +363,10 @@ func runFleet(ctx context.Context, sc fleetScenario, variant string, round int, 
 		}
 		time.Sleep(300 * time.Millisecond)
 	} else {
-		// Older than redsem's restart quarantine (3s), with some slack:
-		// a steady fleet's Redis has been up for long.
-		time.Sleep(time.Until(limStarted.Add(4 * time.Second)))
+		// A steady fleet's Redis has been up for long: older than
+		// redsem's restart quarantine (3s; before the asynqmw redesign
+		// limiter.DefaultTTL, 10s), with some slack.
+		time.Sleep(time.Until(limStarted.Add(12 * time.Second)))
 	}
 
 	// The backlog, enqueued up front.
