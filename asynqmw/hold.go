@@ -144,17 +144,24 @@ func (m *middleware) notAcquired(ctx context.Context, g gate, err error) error {
 
 // failed is what a task returns when the wait for g's permit or slot
 // ended with err, neither busy nor timed out: err wrapped when the
-// task's context ended, the Client closed, or the input is bad; else
-// (Redis failed) a *BusyError that re-queues the task after about a
-// second: it did not run, and a Redis that is starting or failing over
-// is no reason to spend a retry (MaxGated bounds how long).
+// task's context ended, the Client closed, or the input is bad; else a
+// *BusyError: the task did not run, and a Redis that is starting,
+// failing over or restarted empty is no reason to spend a retry
+// (MaxGated bounds how long). A permit taken earlier and lost while the
+// task waited (a restart forgot it) brings the task back after about
+// the TTL (the restart's quarantine); a Redis failure after about a
+// second.
 func (m *middleware) failed(ctx context.Context, g gate, err error) error {
 	if ctx.Err() != nil || errors.Is(err, limiter.ErrClosed) || errors.Is(err, limiter.ErrInvalidArgument) ||
-		errors.Is(err, limiter.ErrLeaseLost) || errors.Is(err, context.Canceled) {
+		(errors.Is(err, context.Canceled) && !errors.Is(err, limiter.ErrLeaseLost)) {
 		return fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
 	m.opts.metrics.requeued(g.r.Name)
-	return &BusyError{Semaphore: g.name, RetryIn: jitter(unreachableRetryIn), Err: err}
+	retryIn := jitter(unreachableRetryIn)
+	if errors.Is(err, limiter.ErrLeaseLost) {
+		retryIn = later(g.r.TTL)
+	}
+	return &BusyError{Semaphore: g.name, RetryIn: retryIn, Err: err}
 }
 
 // unreachableRetryIn is when a task whose Redis failed comes back.
