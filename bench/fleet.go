@@ -587,7 +587,13 @@ func (r fleetRun) stats() fleetStats {
 		}
 	}
 	var parts []string
-	var total int64
+	var total, polls int64
+	for _, rep := range r.Reports {
+		polls += rep.Polls
+	}
+	if polls > 0 {
+		parts = append(parts, fmt.Sprintf("(polls in handlers %d)", polls))
+	}
 	for i, name := range []string{"busy", "rate", "parked", "paused", "semaphore", "rate"} {
 		total += kinds[i]
 		if kinds[i] > 0 {
@@ -710,7 +716,7 @@ func fleetVariants(sc fleetScenario) []string {
 	if sc.Name == "steady" {
 		v = append(v, fleetXRate)
 	}
-	v = append(v, fleetXRate1)
+	v = append(v, fleetXPoll, fleetXRate1)
 	if sc.Local {
 		if sc.Name == "steady" {
 			v = append(v, fleetLocal)

@@ -66,6 +66,9 @@ type fleetReport struct {
 	// token; RateBusy: the rate).
 	Busy, Rate, Parked, Paused int64
 	SemaBusy, RateBusy         int64
+	// Polls: the polling variant's tries again in its handler (not
+	// re-queues).
+	Polls int64 `json:"polls"`
 	// TooMany: 429s this worker's handlers got.
 	TooMany int64 `json:"tooMany"`
 	// Failed: any other error (asynq counts a retry); FirstErr the first.
@@ -167,7 +170,7 @@ func callAPI(ctx context.Context, hc *http.Client, base string, p fleetPayload, 
 func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fleetReport, err error) {
 	rep.Proc = cfg.Proc
 	var counts struct {
-		runs, ok, busy, rate, parked, paused, semaBusy, rateBusy, tooMany, failed atomic.Int64
+		runs, ok, busy, rate, parked, paused, semaBusy, rateBusy, polls, tooMany, failed atomic.Int64
 	}
 	var firstErr sync.Once
 	var sent atomic.Int64 // commands sent to the limiter's Redis
@@ -175,6 +178,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		rep.Runs, rep.OK = counts.runs.Load(), counts.ok.Load()
 		rep.Busy, rep.Rate, rep.Parked, rep.Paused = counts.busy.Load(), counts.rate.Load(), counts.parked.Load(), counts.paused.Load()
 		rep.SemaBusy, rep.RateBusy = counts.semaBusy.Load(), counts.rateBusy.Load()
+		rep.Polls = counts.polls.Load()
 		rep.TooMany, rep.Failed = counts.tooMany.Load(), counts.failed.Load()
 		rep.Sent = sent.Load()
 	}()
@@ -294,7 +298,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		srvCfg.IsFailure = asynqmw.IsFailure(nil)
 		srvCfg.RetryDelayFunc = asynqmw.RetryDelay(nil)
 
-	case fleetXRate, fleetXRate1:
+	case fleetXRate, fleetXRate1, fleetXPoll:
 		// asynq's x/rate Semaphore for the calls at once (one fleet-wide
 		// scope, one scope per customer), go-redis/redis_rate for the
 		// starts a second, both on the limiter's Redis; the wiki's
@@ -325,28 +329,48 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		}
 		rl := redis_rate.NewLimiter(limRDB)
 		limit := redis_rate.Limit{Rate: int(cfg.Rate), Burst: 1, Period: time.Second}
+		poll := cfg.Variant == fleetXPoll
 		mux.HandleFunc(fleetTaskType, func(ctx context.Context, t *asynq.Task) error {
 			var p fleetPayload
 			if err := json.Unmarshal(t.Payload(), &p); err != nil {
 				return err
 			}
 			cs := customerSem(p.Customer)
+			giveUp := time.Now().Add(pollFor)
 			for _, s := range []*XSemaphore{cs, global} {
-				ok, err := s.Acquire(ctx)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return &RateLimitError{RetryIn: semaRetry(), Sema: true}
+				for {
+					ok, err := s.Acquire(ctx)
+					if err != nil {
+						return err
+					}
+					if ok {
+						break
+					}
+					if !poll || time.Now().After(giveUp) {
+						return &RateLimitError{RetryIn: semaRetry(), Sema: true}
+					}
+					counts.polls.Add(1)
+					if !sleepCtx(ctx, pollEvery()) {
+						return ctx.Err()
+					}
 				}
 				defer s.Release(context.WithoutCancel(ctx))
 			}
-			res, err := rl.Allow(ctx, "partner-api", limit)
-			if err != nil {
-				return err
-			}
-			if res.Allowed == 0 {
-				return &RateLimitError{RetryIn: res.RetryAfter}
+			for {
+				res, err := rl.Allow(ctx, "partner-api", limit)
+				if err != nil {
+					return err
+				}
+				if res.Allowed > 0 {
+					break
+				}
+				if !poll || time.Now().After(giveUp) {
+					return &RateLimitError{RetryIn: res.RetryAfter}
+				}
+				counts.polls.Add(1)
+				if !sleepCtx(ctx, res.RetryAfter) {
+					return ctx.Err()
+				}
 			}
 			_, _, err = call(ctx, t)
 			var tm *tooManyError
@@ -419,6 +443,25 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 	return rep, nil
 }
 
+// The polling variant retries in its handler, as users of redsync's or
+// redislock's retry loops do: a full semaphore every 25-75ms, a spent
+// rate at redis_rate's RetryAfter, for up to pollFor, then re-queues.
+const pollFor = 30 * time.Second
+
+func pollEvery() time.Duration { return 25*time.Millisecond + rand.N(50*time.Millisecond) }
+
+// sleepCtx sleeps d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // xrateSemaRetry is the x/rate variant's re-queue delay for a semaphore
 // that said no: x/rate's example's 30s.
 const xrateSemaRetry = 30 * time.Second
@@ -441,6 +484,7 @@ const (
 	fleetRedsem = "redsem"
 	fleetXRate  = "x/rate+redis_rate"
 	fleetXRate1 = "x/rate+redis_rate, 1s retry"
+	fleetXPoll  = "x/rate+redis_rate, polling"
 	fleetLocal  = "per-process x/time/rate"
 	fleetLocal1 = "per-process, 1s retry"
 )
