@@ -25,7 +25,7 @@
 -- not wait's turn).
 local function queued_ahead(now_ms, wait, limit)
   local sum = 0
-  local told = walk_queue(now_ms, function(id, w)
+  local told = walk_queue(KEYS, now_ms, function(id, w)
     if id == wait then return true end
     if w <= limit then sum = sum + w end
     return false
@@ -50,7 +50,7 @@ end
 -- to their TTL (RestartQuarantine). Rounded up: a retry at the end is
 -- granted.
 local function quarantine_left(q)
-  local start = started_by(q * 1000)
+  local start = started_by(q * 1000, KEYS[1])
   if not start then return 0 end
   return max(ceil((start + q * 1000 - now_us()) / 1000), 0)
 end
@@ -97,13 +97,13 @@ if st[4] then
       local at = next_keyexp(exp, ttl, keyexp)
       if at then
         redis.call('HSET', KEYS[2], 'keyexp', at)
-        expire_keys(at)
+        expire_keys(KEYS, at)
       end
       local reply = {1, tok, w, limit - total, 1}
       -- The retry may have queued meanwhile: its entry must not keep
       -- the room of those behind.
       if mine then
-        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
+        for _, v in ipairs(dequeue(KEYS, wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
       end
       return reply
     end
@@ -134,13 +134,13 @@ local behind = false -- a newcomer behind a live waiter: no sweep
 if not conflict and total + weight > limit then
   if queue and not mine and wait ~= '' then -- (a request that never queues asks nothing)
     local live = false
-    local told = walk_queue(now_ms, function() live = true; return true end, nil, 1)
+    local told = walk_queue(KEYS, now_ms, function() live = true; return true end, nil, 1)
     if live or not told then ahead, behind = 1, true end
     queue = false
   end
   if not behind then
     local freed
-    freed, first = sweep(now_ms)
+    freed, first = sweep(KEYS, now_ms)
     total = total - freed
   end
 end
@@ -157,7 +157,7 @@ if not conflict and not st[2] and ARGV[13] ~= '0' then
 end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
-local paused = fits and pause_left(now_ms) or 0
+local paused = fits and pause_left(KEYS, now_ms) or 0
 if fits and paused == 0 then
   -- A quorum granting a lease it holds again on a node that lost it
   -- gives the lease its own token (ARGV[14]); the node's counter never
@@ -189,10 +189,10 @@ if fits and paused == 0 then
     set[n + 1], set[n + 2] = 'emptied', st[8]
   end
   redis.call(unpack(set))
-  if at then expire_keys(at) end
+  if at then expire_keys(KEYS, at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then
-    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
+    for _, v in ipairs(dequeue(KEYS, wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
   end
   return reply
 end
@@ -221,7 +221,7 @@ if wait ~= '' then
     if at then
       set[n + 3], set[n + 4] = 'keyexp', at
       redis.call(unpack(set))
-      expire_keys(at)
+      expire_keys(KEYS, at)
     else
       redis.call(unpack(set))
       -- The queue key is new when the queue had emptied (then nobody was

@@ -13,11 +13,11 @@ if st[3] then
     redis.call('ZREM', KEYS[1], wait)
     local g = {total = total - w, token = tonumber(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
       limit = st[2], cap = st[6], hdel = {'HDEL', KEYS[2], ':' .. wait}, hset = {'HSET', KEYS[2]}}
-    local mine = pass_on(nil, limit - g.total, ARGV[2], limit, g)
+    local mine = pass_on(KEYS, nil, limit - g.total, ARGV[2], limit, g)
     g.hset[#g.hset + 1], g.hset[#g.hset + 2] = 'total', fmt(g.total)
     redis.call(unpack(g.hdel))
     redis.call(unpack(g.hset))
     return mine
   end
 end
-return dequeue(wait, nil, limit - total, ARGV[2], limit)
+return dequeue(KEYS, wait, nil, limit - total, ARGV[2], limit)

@@ -34,7 +34,7 @@ if ARGV[1] == 'lift' then
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
   local limit = tonumber(st[2]) or math.huge
   local reply = {0}
-  for _, v in ipairs(pass_on(nil, limit - (tonumber(st[1]) or 0), ARGV[2], limit)) do reply[#reply + 1] = v end
+  for _, v in ipairs(pass_on(KEYS, nil, limit - (tonumber(st[1]) or 0), ARGV[2], limit)) do reply[#reply + 1] = v end
   return reply
 end
 local now = now_us()

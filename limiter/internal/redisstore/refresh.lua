@@ -57,7 +57,7 @@ if #ARGV >= base + 1 then
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
   local limit = num(st[3]) or math.huge -- none recorded: let the queue try
-  local free = limit - ((num(st[2]) or 0) - sweep(now_ms))
+  local free = limit - ((num(st[2]) or 0) - sweep(KEYS, now_ms))
   local fits = nil -- the ids whose turn it is, found once
   for i = base + 1, #ARGV do
     local r = 0
@@ -74,8 +74,8 @@ if #ARGV >= base + 1 then
           if not fits then
             fits = {}
             -- Paused: nobody's turn (the head's timer ends the pause).
-            if pause_left(now_ms) == 0 then
-              for _, f in ipairs(fitting(now_ms, free, limit)) do
+            if pause_left(KEYS, now_ms) == 0 then
+              for _, f in ipairs(fitting(KEYS, now_ms, free, limit)) do
                 fits[f[1]] = true
                 if not granted_before then break end
               end
@@ -94,6 +94,6 @@ end
 local at = next_keyexp(newest, maxttl, keyexp)
 if at then
   redis.call('HSET', KEYS[2], 'keyexp', at)
-  expire_keys(at)
+  expire_keys(KEYS, at)
 end
 return out

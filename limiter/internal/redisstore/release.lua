@@ -33,7 +33,7 @@ if ARGV[4] == '1' and st[7] ~= st[8] then
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
   local limit = num(st[3]) or math.huge
-  mine = pass_on(now, limit - total, ARGV[3], limit, g)
+  mine = pass_on(KEYS, now, limit - total, ARGV[3], limit, g)
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
 end

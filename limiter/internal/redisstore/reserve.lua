@@ -48,7 +48,7 @@ if not tat and ARGV[5] == '1' then
   -- No state: a name never used, used long ago, or forgotten by a restart.
   -- Events before the start can have moved tat to at most the start plus
   -- a burst: until then, take it that they did.
-  local start = started_by(burst * T)
+  local start = started_by(burst * T, KEYS[1])
   if start then tat = start + burst * T end
 end
 tat = max(tat or now, now)

@@ -22,5 +22,5 @@ local exp = now_ms + ttl
 redis.call('ZADD', KEYS[1], fmt(exp), id)
 local at = next_keyexp(exp, ttl, num(st[3]) or 0)
 redis.call('HSET', KEYS[2], field, lease_record(fmt(w), newtok, ARGV[4]), 'token', newtok, 'keyexp', at or st[3])
-if at then expire_keys(at) end
+if at then expire_keys(KEYS, at) end
 return {w, newtok}

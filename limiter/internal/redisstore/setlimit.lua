@@ -22,8 +22,8 @@ if n == 0 then
   -- queue try (releases meanwhile wake as for an unknown limit).
   redis.call('HDEL', KEYS[2], 'limit')
   redis.call('HSET', KEYS[2], 'keyexp', at)
-  expire_keys(at)
-  return pass_on(nil, math.huge, ARGV[2], math.huge)
+  expire_keys(KEYS, at)
+  return pass_on(KEYS, nil, math.huge, ARGV[2], math.huge)
 end
 redis.call('HSET', KEYS[2], 'cap', ARGV[1], 'limit', ARGV[1], 'keyexp', 'inf')
 redis.call('PERSIST', KEYS[1])
@@ -31,4 +31,4 @@ redis.call('PERSIST', KEYS[2])
 redis.call('PERSIST', KEYS[3])
 -- Raising wakes those that now fit; lowering wakes those now heavier
 -- than the limit, so that they learn so rather than wait.
-return pass_on(nil, n - total, ARGV[2], n)
+return pass_on(KEYS, nil, n - total, ARGV[2], n)
