@@ -1,5 +1,16 @@
--- ARGV: lease count n, then n × (id, token, ttl_ms), then for the queue:
---       waiter ttl_ms, then wait ids.
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause (STRING; see common.lua)
+-- ARGV[1] n: how many leases follow
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1] (i = 1..n): lease i's id, token and
+--         ttl_ms
+-- ARGV[3n+2] queue_ttl_ms: the waiters' entries' TTL (absent: no waiters)
+-- ARGV[3n+3..] the wait ids of the Client's queued waiters
+local n = ARGV[1] + 0
+local base = 3 * n + 2 -- queue_ttl_ms's position
+local queue_ttl_ms = ARGV[base]
+
 -- Keeps alive, in one call, every lease and queued waiter of one
 -- semaphore that one Client holds: never shortens an expiry and never
 -- re-creates what is gone (by token: a lease handed over is gone for the
@@ -7,8 +18,6 @@
 -- Returns one number per lease (1 held, 0 gone) then one per waiter
 -- (0 gone, 1 queued, 2 queued and its permits are free: it should try
 -- now, which covers a lost wake-up).
-local n = ARGV[1] + 0
-local base = 3 * n + 2
 local now_ms = clock_ms()
 local out = {}
 -- One read of the state: keyexp, total, limit, then each lease's record,
@@ -16,7 +25,7 @@ local out = {}
 local fields = {'keyexp', 'total', 'limit'}
 local ids = {}
 for i = 1, n do
-  ids[i] = ARGV[3 * i - 1]
+  ids[i] = ARGV[3 * i - 1] -- lease i's id
   fields[3 + i] = ':' .. ids[i]
 end
 for i = base + 1, #ARGV do fields[#fields + 1] = '?' .. ARGV[i] end
@@ -37,8 +46,9 @@ if n > 0 then
     local v = st[3 + i]
     if v and scores[i] and scores[i] + 0 > now_ms then
       local _, tok = parse(v)
-      if tok == ARGV[3 * i] then
-        local ttl = ARGV[3 * i + 1] + 0
+      local token, ttl_ms = ARGV[3 * i], ARGV[3 * i + 1] -- lease i's
+      if tok == token then
+        local ttl = ttl_ms + 0
         local exp = max(now_ms + ttl, scores[i] + 0)
         zadd[#zadd + 1] = fmt(exp)
         zadd[#zadd + 1] = ids[i]
@@ -51,7 +61,7 @@ if n > 0 then
   if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
 end
 if #ARGV >= base + 1 then
-  local wttl = ARGV[base] + 0
+  local wttl = queue_ttl_ms + 0
   local wexp = fmt(now_ms + wttl)
   local set = {}
   -- Expired leases free permits that no release announces: count them
