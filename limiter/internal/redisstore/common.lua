@@ -99,8 +99,13 @@ local function clock_string()
   return clock_s
 end
 
--- Splits a lease record ("weight:token:owner"): the weight as a number,
--- the rest as strings.
+-- The record parsers below return several values, each position stated
+-- at the parser, rather than a table of named fields: a table per record
+-- would be allocated (and collected) on every lease and waiter read, the
+-- queue walk's hot loop included.
+--
+-- Splits a lease record ("weight:token:owner"): returns 1 the weight (a
+-- number), 2 the token and 3 the owner (strings).
 local function parse(v)
   local w, second, third = string.match(v, '^(%d+):(%d+):(.*)$')
   return w + 0, second, third
@@ -112,8 +117,9 @@ local function lease_record(w, tok, owner)
   return w .. ':' .. tok .. ':' .. owner
 end
 
--- Splits a waiter's record: weight, expiry (ms), direct-grant ttl (ms),
--- channel, its own limit (a string), and its weight as a string.
+-- Splits a waiter's record: returns 1 its weight, 2 its expiry (ms), 3
+-- its direct-grant ttl (ms) (numbers), 4 its channel, 5 its own limit
+-- and 6 its weight (strings); nil for another version's record.
 local function parse_waiter(v)
   local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
   if not w then return nil end -- another version's record: walk_queue drops it
@@ -330,8 +336,8 @@ local function pause_left(keys, now_ms)
 end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
--- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit,
--- woken, weight as a string} (direct-grant ttl 0 for one heavier than the
+-- in order, as records {id, channel, w (weight), hand (direct-grant ttl),
+-- exp (expiry), own_limit, woken, ws (weight as a string)} (direct-grant ttl 0 for one heavier than the
 -- limit), up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
@@ -342,12 +348,12 @@ local function fitting(keys, now_ms, free, limit)
   if free <= 0 then return fit end
   walk_queue(keys, now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
     if w > limit then
-      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken, ws}
+      fit[#fit + 1] = {id = id, channel = channel, w = w, hand = 0, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
       return false
     end
     if w > free then return true end
     free = free - w
-    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken, ws}
+    fit[#fit + 1] = {id = id, channel = channel, w = w, hand = hand, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
     return free <= 0
   end, nil, min(free, 16)) -- each fits in one permit at least
   return fit
@@ -396,7 +402,7 @@ local function pass_on(keys, now_ms, free, own, limit, g)
   -- the pause, and its grant passes the turn on.
   if #fit > 0 and pause_left(keys, now_ms) > 0 then return mine end
   for _, f in ipairs(fit) do
-    local wait, channel, fw, hand, fexp, own_limit, woken, fws = f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
+    local wait, channel, fw, hand, fexp, own_limit, woken, fws = f.id, f.channel, f.w, f.hand, f.exp, f.own_limit, f.woken, f.ws
     local msg = wait
     own_limit = g and g.cap or own_limit
     granting = granting and hand > 0 and g.total + fw <= own_limit + 0

@@ -86,7 +86,7 @@ if #ARGV >= base + 1 then
             -- Paused: nobody's turn (the head's timer ends the pause).
             if pause_left(KEYS, now_ms) == 0 then
               for _, f in ipairs(fitting(KEYS, now_ms, free, limit)) do
-                fits[f[1]] = true
+                fits[f.id] = true
                 if not granted_before then break end
               end
             end
