@@ -144,17 +144,24 @@ func (m *middleware) notAcquired(ctx context.Context, g gate, err error) error {
 
 // failed is what a task returns when the wait for g's permit or slot
 // ended with err, neither busy nor timed out: err wrapped when the
-// task's context ended, the Client closed, or the input is bad; else
-// (Redis failed) a *BusyError that re-queues the task after about a
-// second: it did not run, and a Redis that is starting or failing over
-// is no reason to spend a retry (MaxGated bounds how long).
+// task's context ended, the Client closed, or the input is bad; else a
+// *BusyError: the task did not run, and a Redis that is starting,
+// failing over or restarted empty is no reason to spend a retry
+// (MaxGated bounds how long). A permit taken earlier and lost while the
+// task waited (a restart forgot it) brings the task back after about
+// the TTL (the restart's quarantine); a Redis failure after about a
+// second.
 func (m *middleware) failed(ctx context.Context, g gate, err error) error {
 	if ctx.Err() != nil || errors.Is(err, limiter.ErrClosed) || errors.Is(err, limiter.ErrInvalidArgument) ||
-		errors.Is(err, limiter.ErrLeaseLost) || errors.Is(err, context.Canceled) {
+		(errors.Is(err, context.Canceled) && !errors.Is(err, limiter.ErrLeaseLost)) {
 		return fmt.Errorf("asynqmw: %s: %w", g.name, err)
 	}
 	m.opts.metrics.requeued(g.r.Name)
-	return &BusyError{Semaphore: g.name, RetryIn: jitter(unreachableRetryIn), Err: err}
+	retryIn := jitter(unreachableRetryIn)
+	if errors.Is(err, limiter.ErrLeaseLost) {
+		retryIn = later(g.r.TTL)
+	}
+	return &BusyError{Semaphore: g.name, RetryIn: retryIn, Err: err}
 }
 
 // unreachableRetryIn is when a task whose Redis failed comes back.
@@ -251,7 +258,7 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 		inner, h := fn, hs[i]
 		fn = func(ctx context.Context) error {
 			defer m.released(h.g)
-			return m.run(ctx, t, h.lease, h.g.r.Name, inner)
+			return m.run(ctx, t, h.lease, h.g, inner)
 		}
 	}
 	return fn(ctx)
@@ -261,16 +268,25 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 // when fn returns or panics (asynq recovers the panic), unless it was
 // lost, and returns what fn returned: a loss is counted and logged, a
 // failed release logged, and neither turns fn's success into a failure.
-func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, rule string, fn func(context.Context) error) error {
+// A failure after a loss (the handler's context ended with it: a Redis
+// restarted empty, a forced release) is the fleet's, not the task's: the
+// task is re-queued as busy, after about the TTL (a restart's quarantine).
+func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, g gate, fn func(context.Context) error) (out error) {
+	rule := g.r.Name
 	defer func() { // also when the handler panicked
-		if lost := lease.Err(); errors.Is(lost, limiter.ErrLeaseLost) {
-			m.opts.metrics.lost(rule)
-			m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
+		lost := lease.Err()
+		if !errors.Is(lost, limiter.ErrLeaseLost) {
+			return
+		}
+		m.opts.metrics.lost(rule)
+		m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
+		if out != nil && !errors.Is(out, limiter.ErrBusy) {
+			m.opts.metrics.requeued(rule)
+			out = &BusyError{Semaphore: g.name, RetryIn: later(g.r.TTL), Err: out}
 		}
 	}()
 	m.opts.metrics.runs(rule, 1)
 	defer m.opts.metrics.runs(rule, -1)
-	var out error
 	err := lease.Run(ctx, func(ctx context.Context) error {
 		out = fn(ctx)
 		return out

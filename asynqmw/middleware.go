@@ -27,7 +27,7 @@ type Option func(*options)
 type options struct {
 	metrics        *Collector
 	logger         *slog.Logger
-	limiterOpts    []limiter.Option
+	limiterOpts    []limiter.NameOption
 	lastTryTimeout time.Duration
 	maxGated       time.Duration
 	inspector      *asynq.Inspector
@@ -47,10 +47,8 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore and rate limit (e.g.
 // limiter.ReleaseTimeout, limiter.MaxHold, limiter.RestartQuarantine);
-// they override the options the
-// limiter.Client was made with. limiter.Prefix is a Client option: give it
-// to limiter.New (here it is an *ArgumentError). The rules' TTL and AcquireTimeout override the limiter's
-// TTL and AcquireTimeout. A bad option makes New return the
+// they override the options the limiter.Client was made with. The rules'
+// TTL and AcquireTimeout override the limiter's TTL and AcquireTimeout. A bad option makes New return the
 // limiter's *ArgumentError. Note that limiter.Observe labels by semaphore
 // name, which for a Key rule is one series per key: the middleware's own
 // Metrics are labelled by rule.
@@ -60,7 +58,7 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 // cancels on shutdown or when it loses its own lease on the task; one
 // that does not finish in time is logged and the permit comes back at
 // the rule's TTL.
-func LimiterOptions(opts ...limiter.Option) Option {
+func LimiterOptions(opts ...limiter.NameOption) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 

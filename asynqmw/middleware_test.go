@@ -289,6 +289,55 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	})
 }
 
+// A handler cut short by the loss of its lease (here its keys deleted, as
+// a Redis restarted empty forgets them) is re-queued as busy, for about
+// the rule's TTL: the loss is the fleet's, not the task's failure.
+func TestLostLeaseRequeuesTheTask(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 1)
+	returned := make(chan error, 1)
+	gated := mw(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	startServer(t, srv.Addr(), 1, nil, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		err := gated.ProcessTask(ctx, task)
+		select {
+		case returned <- err:
+		default:
+		}
+		return err
+	}))
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	enqueue(t, client, asynq.NewTask("slow", nil))
+	<-started
+	keys, _ := rdb.Keys(context.Background(), limiter.DefaultPrefix+"*").Result()
+	rdb.Del(context.Background(), keys...)
+	var err2 error
+	select {
+	case err2 = <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler did not return after its lease was deleted")
+	}
+	var be *asynqmw.BusyError
+	if !errors.As(err2, &be) || be.RetryIn < time.Second || be.RetryIn > 1500*time.Millisecond {
+		t.Fatalf("handler cut short by a lost lease returned %v, want a *BusyError re-queueing it after about the TTL", err2)
+	}
+	if asynqmw.IsFailure(nil)(err2) {
+		t.Errorf("IsFailure(%v) = true: a lost lease spends the task's retry", err2)
+	}
+}
+
 func TestPerKeyRule(t *testing.T) {
 	srv := redistest.StartServer(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, srv.Client(t)), []asynqmw.Rule{{
@@ -388,7 +437,7 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("bad %s: want an *ArgumentError naming it, got %v", opt, err)
 		}
 	}
-	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.Prefix("{"))); !errors.As(err, &arg) || arg.Arg != "Prefix" {
+	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.ClockDrift(0.9))); !errors.As(err, &arg) || arg.Arg != "ClockDrift" {
 		t.Errorf("bad limiter option: want an *ArgumentError naming it, got %v", err)
 	}
 	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {

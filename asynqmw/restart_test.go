@@ -85,3 +85,48 @@ func TestUnreachableRedisRequeues(t *testing.T) {
 		t.Fatalf("got %v, want a *BusyError re-queued within about a second", err)
 	}
 }
+
+// A permit taken before a restart forgot it, lost while the task waits
+// for its next rule's, re-queues the task after about the TTL (the
+// restart's quarantine), spending no retry: it did not run.
+func TestPermitLostWhileWaitingRequeues(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	lc := redistest.Limiter(t, rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	byKey := func(context.Context, *asynq.Task) (string, bool) { return "A", true }
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{
+		{Name: "per", Limit: 1, Key: byKey, TTL: time.Second},
+		{Name: "all", Limit: 1, TTL: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := lc.Semaphore("all", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := all.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	go func() { // forget the key's permit once the task holds it
+		for ctx.Err() == nil {
+			if keys, _ := rdb.Keys(ctx, "*{per:A}*").Result(); len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	err = mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		t.Error("ran without the permits")
+		return nil
+	})).ProcessTask(ctx, asynq.NewTask("t", nil))
+	var busy *asynqmw.BusyError
+	if !errors.As(err, &busy) || asynqmw.IsFailure(nil)(err) || busy.RetryIn < time.Second || busy.RetryIn > 1500*time.Millisecond {
+		t.Fatalf("got %v, want a *BusyError re-queued after about the TTL (1s), not a failure", err)
+	}
+}

@@ -85,10 +85,10 @@ type Rule struct {
 // rule is a validated Rule with its place in the acquisition order.
 type rule struct {
 	Rule
-	index    int              // in the rules given to New
-	order    int              // index of the first rule with the same Name
-	semOpts  []limiter.Option // of its semaphores, set by New
-	rateOpts []limiter.Option // of its rate limits, set by New
+	index    int                  // in the rules given to New
+	order    int                  // index of the first rule with the same Name
+	semOpts  []limiter.NameOption // of its semaphores, set by New
+	rateOpts []limiter.NameOption // of its rate limits, set by New
 }
 
 // hasRate reports whether the rule limits a rate.

@@ -6,6 +6,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redsem/redsem v0.0.0
 	golang.org/x/time v0.14.0
@@ -20,6 +21,8 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/spf13/cast v1.10.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

@@ -21,6 +21,14 @@
 // to redis_rate, the goals checked:
 //
 //	go run . -rate -inproc=false -rounds 5 -multi-dur 5s
+//
+// With -fleet it runs only the fleet tables (fleet.go): 4 asynq worker
+// processes against a fake API of 5 calls at once and 20/s, gated by
+// redsem's asynqmw, by asynq's x/rate with redis_rate, or per process,
+// in five scenarios (~6 min):
+//
+//	go run . -fleet                    # -fleet-tasks 300 -fleet-rounds 1
+//	go run . -fleet -fleet-tasks 100 -fleet-scenarios steady
 package main
 
 import (
@@ -39,6 +47,9 @@ import (
 )
 
 func main() {
+	if IsFleetWorker() {
+		os.Exit(FleetWorkerMain())
+	}
 	if IsWorker() {
 		os.Exit(WorkerMain())
 	}
@@ -53,10 +64,25 @@ func main() {
 	redlock := flag.Bool("redlock", false, "run the Redlock table: 3 nodes, then one stopped (worker processes)")
 	rate := flag.Bool("rate", false, "run the rate-limit tables: redsem RateLimit beside redis_rate and x/time/rate")
 	rateCalls := flag.Int("rate-calls", 3000, "rate: uncontended Allow calls per library and round")
+	fleet := flag.Bool("fleet", false, "run only the fleet tables: asynq worker processes against a limited fake API")
+	fleetTasks := flag.Int("fleet-tasks", 300, "fleet: tasks per run")
+	fleetRounds := flag.Int("fleet-rounds", 1, "fleet: rounds of every scenario and variant")
+	fleetTimeout := flag.Duration("fleet-timeout", 120*time.Second, "fleet: end a run after this long, reporting what it reached")
+	fleetScen := flag.String("fleet-scenarios", "", "fleet: comma-separated scenarios (steady,skewed,fresh,restart,pushback; default all)")
+	fleetVar := flag.String("fleet-variants", "", "fleet: comma-separated variants (redsem, x/rate+redis_rate, per-process x/time/rate; default all)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *fleet {
+		o := fleetOptions{Tasks: max(*fleetTasks, 1), Rounds: max(*fleetRounds, 1), Timeout: *fleetTimeout,
+			Scenarios: splitList(*fleetScen), Variants: splitList(*fleetVar)}
+		if err := runFleetTables(ctx, os.Stdout, o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := options{inproc: *inproc, multi: *multi, redlock: *redlock, rate: *rate, rateCalls: max(*rateCalls, 1),
 		nUnc: *nUnc, nCon: *nCon, nSem: *nSem, capDur: *capDur, rounds: max(*rounds, 1), multiDur: *multiDur}
 	if err := run(ctx, os.Stdout, o); err != nil {
@@ -267,6 +293,14 @@ func medianRound(rs []Result) Result {
 	slices.Sort(perOp)
 	sum.Elapsed = perOp[len(perOp)/2] * time.Duration(sum.N)
 	return sum
+}
+
+// splitList splits a comma-separated flag ("" is none).
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func infoField(info, field string) string {

@@ -180,7 +180,7 @@ func redisRatePoll(p *Proc, key string) (Locker, error) {
 	}, nil
 }
 
-func redsemRate(p *Proc, key string, r limiter.Rate, opts ...limiter.Option) (*limiter.RateLimit, error) {
+func redsemRate(p *Proc, key string, r limiter.Rate, opts ...limiter.NameOption) (*limiter.RateLimit, error) {
 	c, err := p.Limiter()
 	if err != nil {
 		return nil, err

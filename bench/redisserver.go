@@ -57,12 +57,38 @@ func startRedis() (*redisServer, error) {
 }
 
 func launchRedis(bin string) (*redisServer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
+	return launchRedisPort(bin, port)
+}
+
+// freePort is a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
+	return port, nil
+}
+
+// redisBin is /usr/bin/redis-server, or the one on PATH.
+func redisBin() (string, error) {
+	bin := "/usr/bin/redis-server"
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return "", errors.New(installHint)
+		}
+	}
+	return bin, nil
+}
+
+// launchRedisPort starts redis-server on port (no persistence) and waits
+// for its PONG.
+func launchRedisPort(bin string, port int) (*redisServer, error) {
 	dir, err := os.MkdirTemp("", "redsem-bench-")
 	if err != nil {
 		return nil, err

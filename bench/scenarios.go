@@ -276,7 +276,7 @@ func redsemSemaphore(limit int64) func(*Proc, string) (Locker, error) {
 	}
 }
 
-func redsemTry(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
+func redsemTry(opts ...limiter.NameOption) func(*Proc, string) (Locker, error) {
 	return func(p *Proc, key string) (Locker, error) {
 		m, err := redsemMutex(p, key, opts)
 		if err != nil {
@@ -286,7 +286,7 @@ func redsemTry(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
 	}
 }
 
-func redsemWait(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
+func redsemWait(opts ...limiter.NameOption) func(*Proc, string) (Locker, error) {
 	return func(p *Proc, key string) (Locker, error) {
 		m, err := redsemMutex(p, key, opts)
 		if err != nil {
@@ -297,12 +297,12 @@ func redsemWait(opts ...limiter.Option) func(*Proc, string) (Locker, error) {
 }
 
 // redsemMutex is the mutex named key of p's redsem Client, TTL lockTTL.
-func redsemMutex(p *Proc, key string, opts []limiter.Option) (*limiter.Semaphore, error) {
+func redsemMutex(p *Proc, key string, opts []limiter.NameOption) (*limiter.Semaphore, error) {
 	c, err := p.Limiter()
 	if err != nil {
 		return nil, err
 	}
-	return c.Mutex(key, append([]limiter.Option{limiter.TTL(lockTTL)}, opts...)...)
+	return c.Mutex(key, append([]limiter.NameOption{limiter.TTL(lockTTL)}, opts...)...)
 }
 
 func redsemLocker(acquire func(context.Context, ...limiter.AcquireOption) (*limiter.Lease, error)) Locker {

@@ -79,7 +79,7 @@ func newFixture(t *testing.T, opts ...dashboard.Option) *fixture {
 	return f
 }
 
-func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.Option) *limiter.Semaphore {
+func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.NameOption) *limiter.Semaphore {
 	t.Helper()
 	s, err := f.app.Semaphore(name, limit, opts...)
 	if err != nil {

@@ -37,8 +37,8 @@ type gates struct {
 	client   *limiter.Client
 	limit    int64        // 0: no semaphore
 	rate     limiter.Rate // zero: no rate limit
-	semOpts  []limiter.Option
-	rateOpts []limiter.Option
+	semOpts  []limiter.NameOption
+	rateOpts []limiter.NameOption
 	idle     time.Duration
 	max      int
 
@@ -52,7 +52,7 @@ type cached struct {
 	used time.Time
 }
 
-func newGates(client *limiter.Client, limit int64, rate limiter.Rate, semOpts, rateOpts []limiter.Option) *gates {
+func newGates(client *limiter.Client, limit int64, rate limiter.Rate, semOpts, rateOpts []limiter.NameOption) *gates {
 	return &gates{client: client, limit: limit, rate: rate, semOpts: semOpts, rateOpts: rateOpts,
 		idle: idleAfter, max: maxCached, m: map[string]*cached{}, swept: time.Now()}
 }

@@ -101,7 +101,7 @@ type TransportConfig struct {
 type Option func(*options)
 
 type options struct {
-	limiterOpts []limiter.Option
+	limiterOpts []limiter.NameOption
 	logger      *slog.Logger
 	maxPause    time.Duration // 0: no pause
 	pauseSet    bool
@@ -109,12 +109,11 @@ type options struct {
 
 // LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
 // limiter.MaxHold, limiter.ReleaseTimeout, limiter.Observe); they
-// override the options the limiter.Client was made with. limiter.Prefix
-// is a Client option: give it to limiter.New (here it is an
-// *ArgumentError). The config's AcquireTimeout overrides theirs. A bad
+// override the options the limiter.Client was made with.
+// The config's AcquireTimeout overrides theirs. A bad
 // option makes Middleware or NewTransport return the limiter's
 // *ArgumentError.
-func LimiterOptions(opts ...limiter.Option) Option {
+func LimiterOptions(opts ...limiter.NameOption) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
@@ -194,7 +193,7 @@ func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 
 // newCheckedGates makes the gate cache once a probe of each part of a
 // gate was made without error.
-func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.Option) (*gates, error) {
+func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.NameOption) (*gates, error) {
 	hasRate := c.rate != (limiter.Rate{})
 	if c.limit < 0 || (c.limit == 0 && !hasRate) {
 		return nil, &limiter.ArgumentError{Arg: "limit", Value: c.limit, Reason: "must be >= 1, or 0 with a Rate"}

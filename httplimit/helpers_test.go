@@ -35,7 +35,7 @@ func (e env) other(t *testing.T) *limiter.Client {
 	return redistest.Limiter(t, e.rdb)
 }
 
-func sem(t *testing.T, c *limiter.Client, name string, limit int64, opts ...limiter.Option) *limiter.Semaphore {
+func sem(t *testing.T, c *limiter.Client, name string, limit int64, opts ...limiter.NameOption) *limiter.Semaphore {
 	t.Helper()
 	s, err := c.Semaphore(name, limit, opts...)
 	if err != nil {

@@ -33,7 +33,7 @@ func BenchmarkUncontended(b *testing.B) {
 
 func benchUncontended(b *testing.B, rdb *redis.Client, refresh bool) {
 	ctx := context.Background()
-	opts := []limiter.Option{}
+	opts := []limiter.NameOption{}
 	if !refresh {
 		opts = append(opts, limiter.RefreshInterval(0))
 	}

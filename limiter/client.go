@@ -51,10 +51,6 @@ type Client struct {
 	ids *ids // its lease ids: the live leases, and what a retry may take back
 }
 
-// ErrClosed is returned by calls on a Client (or its semaphores) after
-// Close, and ends the waits that Close interrupts.
-var ErrClosed = errors.New("limiter: client closed")
-
 // New returns a Client of rdb: a plain, Sentinel failover or Cluster
 // client of go-redis, which the Client uses but does not close. The
 // options are the defaults of every semaphore made from it. Invalid
@@ -68,7 +64,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 }
 
 func newClient(opts []Option, open func(*Client) store.Store) (*Client, error) {
-	cfg, err := defaultConfig().with(opts)
+	cfg, err := with(defaultConfig(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -98,18 +94,15 @@ func isNil(v any) bool {
 // Client's options apply, then opts. Invalid arguments give an
 // *ArgumentError naming them; after Close, ErrClosed. Nothing is sent to
 // Redis.
-func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore, error) {
+func (c *Client) Semaphore(name string, limit int64, opts ...NameOption) (*Semaphore, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
 	if limit < 1 || limit > maxLimit {
 		return nil, argError("limit", limit, fmt.Sprintf("must be between 1 and %d", int64(maxLimit)))
 	}
-	cfg, err := c.cfg.with(opts)
-	switch {
-	case err == nil && cfg.prefix != c.cfg.prefix:
-		err = argError("Prefix", cfg.prefix, "is a Client option: give it to New (the Client's wake channel and Inspector use it)")
-	case err == nil:
+	cfg, err := with(c.cfg, opts)
+	if err == nil {
 		err = c.canWait(cfg.replicas)
 	}
 	if err != nil {
@@ -125,7 +118,7 @@ func (c *Client) Semaphore(name string, limit int64, opts ...Option) (*Semaphore
 // Mutex returns the mutex named name: the Semaphore of one permit, with
 // the same leases, fencing tokens, handover, queue and errors (an
 // *ArgumentError, or ErrClosed after Close).
-func (c *Client) Mutex(name string, opts ...Option) (*Semaphore, error) {
+func (c *Client) Mutex(name string, opts ...NameOption) (*Semaphore, error) {
 	return c.Semaphore(name, 1, opts...)
 }
 
@@ -254,7 +247,7 @@ func (c *Client) canWait(w store.ReplicaWait) error {
 // deadline. When the store honours that deadline by itself (see
 // store.Store.BoundedByCtx) fn runs on the caller's goroutine: handing the
 // call to a goroutine and back costs about 30 µs on a loaded 2-core
-// machine, a fifth of an uncontended acquire and release (BENCHMARKS.md).
+// machine, a fifth of an uncontended acquire and release (docs/benchmarks-history.md).
 func bounded[T any](c *Client, ctx context.Context, fn func() (T, error)) (T, error) {
 	if c.st.BoundedByCtx() {
 		return fn()

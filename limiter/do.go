@@ -59,12 +59,6 @@ func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) (er
 	return fn(runCtx)
 }
 
-// ErrReleaseFailed reports that the release at the end of Lease.Run (or
-// Do) failed, so the permits come back only when the lease's TTL runs out;
-// the work itself ran under the lease. The release's own error (usually a
-// Redis failure or ReleaseTimeout running out) is wrapped beside it.
-var ErrReleaseFailed = errors.New("limiter: release after the work failed (the permits free at the TTL)")
-
 // Do acquires (waiting as Acquire does) and runs fn under the lease (see
 // Lease.Run): fn's context is cancelled with cause ErrLeaseLost on loss
 // and carries the lease, and the lease is released when fn returns. It

@@ -137,5 +137,5 @@
 // deadline. Set ContextTimeoutEnabled: those calls then run on the
 // caller's goroutine, bounded by the socket deadline; without it each
 // runs in a goroutine the caller can stop waiting for, which costs about
-// 30 µs more per release (BENCHMARKS.md).
+// 30 µs more per release (docs/benchmarks-history.md).
 package limiter

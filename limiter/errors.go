@@ -43,6 +43,29 @@ var (
 	ErrNotReplicated = errors.New("limiter: not confirmed by enough replicas")
 )
 
+// ErrClosed is returned by calls on a Client (or its semaphores) after
+// Close, and ends the waits that Close interrupts.
+var ErrClosed = errors.New("limiter: client closed")
+
+// ErrReleaseFailed reports that the release at the end of Lease.Run (or
+// Do) failed, so the permits come back only when the lease's TTL runs out;
+// the work itself ran under the lease. The release's own error (usually a
+// Redis failure or ReleaseTimeout running out) is wrapped beside it.
+var ErrReleaseFailed = errors.New("limiter: release after the work failed (the permits free at the TTL)")
+
+// ErrEvictingRedis is returned (unless AllowEviction) by acquisitions on
+// a Redis whose maxmemory policy may evict the semaphores' keys: an
+// evicted key forgets its holders, and others are then granted their
+// permits.
+var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (maxmemory with an evicting maxmemory-policy)")
+
+// ErrRatesUnsupported is returned by Client.RateLimit on a Redlock
+// Client: a quorum of independent rates would let through up to N/quorum
+// times the rate (each node counts only the events it saw), on clocks
+// that disagree. Keep a rate on one Redis deployment (a node, Sentinel or
+// Cluster).
+var ErrRatesUnsupported = errors.New("limiter: rate limits need one Redis deployment, not Redlock's independent nodes")
+
 // ReplicationError reports how many replicas confirmed a write that
 // WaitReplicas wanted on more (see there for what happened to the lease).
 // errors.Is(err, ErrNotReplicated) is true for it.

@@ -14,12 +14,6 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// ErrEvictingRedis is returned (unless AllowEviction) by acquisitions on
-// a Redis whose maxmemory policy may evict the semaphores' keys: an
-// evicted key forgets its holders, and others are then granted their
-// permits.
-var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (maxmemory with an evicting maxmemory-policy)")
-
 // AllowEviction lets the Client grant on a Redis that may evict its keys:
 // it logs the danger once, at Error level, and goes on. Without it (the
 // default) the Client refuses every acquisition with ErrEvictingRedis
@@ -33,8 +27,8 @@ var ErrEvictingRedis = errors.New("limiter: Redis may evict the semaphore keys (
 // out); a node found evicting settles it, and a Redis that refuses INFO,
 // e.g. by ACL, is taken as safe and logged at Debug. An acquisition whose ctx ends
 // while it waits for a check in progress goes on to its attempt, which
-// reports that ctx. A Client option: on a Semaphore it has no effect.
-func AllowEviction() Option { return func(c *config) { c.allowEviction = true } }
+// reports that ctx. A Client's alone.
+func AllowEviction() Option { return clientOption(func(c *config) { c.allowEviction = true }) }
 
 // evictionCheck remembers, per Client, what the maxmemory check found.
 type evictionCheck struct {

@@ -395,14 +395,16 @@ func FuzzOptions(f *testing.F) {
 			{"ReleaseTimeout", ReleaseTimeout(time.Duration(release))},
 			{"MaxHold", MaxHold(time.Duration(maxHold))},
 		}
-		var clientOpts, semOpts []Option
+		var clientOpts []Option
+		var semOpts []NameOption
 		for i, v := range values {
+			perName, ok := v.opt.(NameOption)
 			switch {
 			case mask&(1<<i) == 0:
-			case mask&(1<<(10+i)) != 0:
+			case mask&(1<<(10+i)) != 0 || !ok: // a Client's alone, by its type
 				clientOpts = append(clientOpts, v.opt)
 			default:
-				semOpts = append(semOpts, v.opt)
+				semOpts = append(semOpts, perName)
 			}
 		}
 		if mask&(1<<9) != 0 {
@@ -410,22 +412,14 @@ func FuzzOptions(f *testing.F) {
 		}
 		// The bounds are checked on what the options leave, so apply them
 		// as the Client does and judge the result by the documented rules.
-		want := defaultConfig()
-		for _, o := range slices.Concat(clientOpts, semOpts) {
-			if o != nil {
-				o(&want)
-			}
-		}
+		want := withOnly(withOnly(defaultConfig(), clientOpts), semOpts)
 		broken := brokenBounds(want)
-		if mask&(1<<4) != 0 && mask&(1<<14) == 0 && want.prefix != DefaultPrefix && !slices.Contains(broken, "Prefix") {
-			broken = append(broken, "Prefix") // a Client option, given to a Semaphore
-		}
 
 		cl := c
 		if len(clientOpts) > 0 {
 			var err error
 			if cl, err = New(rdb, clientOpts...); err != nil {
-				wantArgError(t, err, brokenBounds(defaultConfig().withOnly(clientOpts))...)
+				wantArgError(t, err, brokenBounds(withOnly(defaultConfig(), clientOpts))...)
 				return
 			}
 			defer func() {
@@ -530,10 +524,10 @@ func checkRequest(t *testing.T, s *Semaphore, mask uint32, id string, weight int
 }
 
 // withOnly applies opts without validating, for judging them.
-func (c config) withOnly(opts []Option) config {
+func withOnly[O Option](c config, opts []O) config {
 	for _, o := range opts {
-		if o != nil {
-			o(&c)
+		if Option(o) != nil {
+			o.apply(&c)
 		}
 	}
 	return c

@@ -140,11 +140,11 @@ func clientFor(t testing.TB, rdb redis.UniversalClient, opts ...limiter.Option) 
 	return c
 }
 
-func newSemaphore(t testing.TB, rdb redis.UniversalClient, name string, limit int64, opts ...limiter.Option) (*limiter.Semaphore, error) {
+func newSemaphore(t testing.TB, rdb redis.UniversalClient, name string, limit int64, opts ...limiter.NameOption) (*limiter.Semaphore, error) {
 	return clientFor(t, rdb).Semaphore(name, limit, opts...)
 }
 
-func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limiter.Option) (*limiter.Semaphore, error) {
+func newMutex(t testing.TB, rdb redis.UniversalClient, name string, opts ...limiter.NameOption) (*limiter.Semaphore, error) {
 	return clientFor(t, rdb).Mutex(name, opts...)
 }
 

@@ -229,12 +229,12 @@ func TestReleaseBehindALongQueueIsBounded(t *testing.T) {
 // acquiring and releasing (holding 1ms) rounds times, and returns the
 // commands Redis ran (commandstats, script-internal ones included, the
 // connections' own HELLO, CLIENT and INFO left out) and the acquisitions.
-func contend(t *testing.T, srv *redistest.Server, name string, clients, perClient, rounds int, limit int64, opts ...limiter.Option) (map[string]int64, int) {
+func contend(t *testing.T, srv *redistest.Server, name string, clients, perClient, rounds int, limit int64, opts ...limiter.NameOption) (map[string]int64, int) {
 	t.Helper()
 	ctx := ctxT(t, 60*time.Second)
 	sems := make([]acquirer, clients)
 	for i := range sems {
-		sem, err := newSemaphore(t, srv.Client(t), name, limit, append([]limiter.Option{limiter.AcquireTimeout(0)}, opts...)...)
+		sem, err := newSemaphore(t, srv.Client(t), name, limit, append([]limiter.NameOption{limiter.AcquireTimeout(0)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -259,9 +259,19 @@ func (b *batch) apply(sent time.Time, res store.RefreshResult, retry map[*entry]
 		}
 	}
 	for j, e := range b.waiters {
+		var headIn time.Duration
+		isHead := false
+		if j < len(res.Waits) {
+			headIn, isHead = store.WaiterHead(res.Waits[j])
+		}
 		switch {
 		case res.Err != nil:
 			retry[e] = true
+		case isHead:
+			// At the head: the timer for the expiry ahead is its own, as
+			// a waiter made the head without a word learns here.
+			e.waiter.queued(sent, "")
+			e.waiter.madeHead(headIn - time.Since(sent))
 		case j < len(res.Waits) && res.Waits[j] != store.WaiterQueued:
 			if res.Waits[j] == store.WaiterFits {
 				e.waiter.queued(sent, "")

@@ -7,10 +7,30 @@ import (
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
-// Option configures a Client (for every semaphore made from it) or one
-// Semaphore or Mutex (Client methods). Invalid values make the constructor return an
-// *ArgumentError naming the option.
-type Option func(*config)
+// Option configures a Client: New and NewRedlock take every Option.
+// Invalid values make the constructor return an *ArgumentError naming the
+// option.
+type Option interface{ apply(*config) }
+
+// NameOption is an Option that also configures one Semaphore or RateLimit
+// (Client.Semaphore, Client.Mutex, Client.RateLimit) over its Client's
+// value. Given to New, it is the default of the Client's names. A
+// NameOption that means nothing to a rate limit (TTL, say) is unused
+// there.
+type NameOption interface {
+	Option
+	perName()
+}
+
+// clientOption is an Option for New alone; nameOption a NameOption.
+type (
+	clientOption func(*config)
+	nameOption   func(*config)
+)
+
+func (o clientOption) apply(c *config) { o(c) }
+func (o nameOption) apply(c *config)   { o(c) }
+func (nameOption) perName()            {}
 
 type config struct {
 	ttl            time.Duration
@@ -65,10 +85,10 @@ func defaultConfig() config {
 }
 
 // with returns a copy of c with opts applied, validated.
-func (c config) with(opts []Option) (config, error) {
+func with[O Option](c config, opts []O) (config, error) {
 	for _, o := range opts {
-		if o != nil {
-			o(&c)
+		if Option(o) != nil {
+			o.apply(&c)
 		}
 	}
 	return c, c.validate()
@@ -78,14 +98,14 @@ func (c config) with(opts []Option) (config, error) {
 // MinTTL; default 10s,
 // at most 24h). It bounds how long a crashed holder keeps its permits, and
 // how long a restarted server grants nothing new (RestartQuarantine).
-func TTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl = d }) }
 
 // RefreshInterval sets how often held leases are extended (default TTL/3,
 // which leaves room for two failed attempts before the TTL runs out).
 // 0 turns auto-refresh off: the lease then ends at its TTL unless
 // Lease.Refresh is called. It must be less than the TTL.
-func RefreshInterval(d time.Duration) Option {
-	return func(c *config) { c.refresh, c.refreshSet = d, true }
+func RefreshInterval(d time.Duration) NameOption {
+	return nameOption(func(c *config) { c.refresh, c.refreshSet = d, true })
 }
 
 // AcquireTimeout bounds how long Acquire waits (default 10s, or the
@@ -96,44 +116,45 @@ func RefreshInterval(d time.Duration) Option {
 // finish, for up to NodeTimeout more, and a grant it brings is returned;
 // if Redis answered no attempt at all, the error matches ErrTimeout but
 // not ErrBusy (a slow Redis is not a full semaphore).
-func AcquireTimeout(d time.Duration) Option {
-	return func(c *config) { c.acquireTimeout, c.acquireSet = d, true }
+func AcquireTimeout(d time.Duration) NameOption {
+	return nameOption(func(c *config) { c.acquireTimeout, c.acquireSet = d, true })
 }
 
 // Prefix sets the key prefix of every name of the Client (default
 // "redsem:"), and of its wake channel. It must not contain '{' or '}',
 // which would break the hash tag that keeps a semaphore in one Cluster
-// slot. A Client option: given to Semaphore or Mutex, it is an
-// *ArgumentError (make a Client per prefix).
-func Prefix(p string) Option { return func(c *config) { c.prefix = p } }
+// slot. A Client's alone (make a Client per prefix).
+func Prefix(p string) Option { return clientOption(func(c *config) { c.prefix = p }) }
 
 // OnLost registers a callback run (in its own goroutine) when a lease is
 // lost while this process keeps it alive: a refresh (automatic or by
 // Lease.Refresh) finds it gone from Redis, or no refresh was confirmed
 // before its local deadline. It is not called for leases that end at
 // their TTL with auto-refresh off, nor after Release.
-func OnLost(fn func(l *Lease, err error)) Option { return func(c *config) { c.onLost = fn } }
+func OnLost(fn func(l *Lease, err error)) NameOption {
+	return nameOption(func(c *config) { c.onLost = fn })
+}
 
 // Observe reports acquisitions, waits, held and lost leases, refresh
 // failures, a RateLimit's events and the pauses an Inspector set to o
 // (limiterprom.NewCollector for Prometheus). A nil o reports nowhere.
-func Observe(o Observer) Option {
-	return func(c *config) {
+func Observe(o Observer) NameOption {
+	return nameOption(func(c *config) {
 		c.observer = o
 		if o == nil {
 			c.observer = noObserver{}
 		}
-	}
+	})
 }
 
 // Logger sets where the few things worth logging go (lost leases, failed
 // subscriptions). Default: slog.Default().
-func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func Logger(l *slog.Logger) NameOption { return nameOption(func(c *config) { c.logger = l }) }
 
 // ClockDrift sets the fraction of the TTL (default 0.01, plus 2ms) by which
 // a holder assumes its lease ended earlier than Redis will, so it learns
 // of loss before anyone else can take the permit.
-func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } }
+func ClockDrift(f float64) NameOption { return nameOption(func(c *config) { c.clockDrift = f }) }
 
 // NodeTimeout bounds each node's answer on a Redlock Client (default
 // TTL/3, at most 500ms): a slow or paused node is counted as failed
@@ -144,20 +165,24 @@ func ClockDrift(f float64) Option { return func(c *config) { c.clockDrift = f } 
 // background, finds it back. On any Client, a Semaphore's NodeTimeout also bounds
 // how long an attempt in flight when AcquireTimeout runs out may still
 // take. It must be less than the TTL.
-func NodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+func NodeTimeout(d time.Duration) NameOption {
+	return nameOption(func(c *config) { c.nodeTimeout = d })
+}
 
 // ReleaseTimeout bounds each release (default 1s): Release, the release
 // at the end of Do and Run, and each lease's release in Client.Close. The
 // release is detached from the caller's context, so a cancelled caller
 // still gives its permits back; one that cannot finish in time lets the
 // lease lapse at its TTL.
-func ReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
+func ReleaseTimeout(d time.Duration) NameOption {
+	return nameOption(func(c *config) { c.releaseTimeout = d })
+}
 
 // MaxHold caps how long a lease is kept alive (default 0: no cap). Past it
 // the Client stops refreshing the lease, which then ends at its TTL like a
 // lease whose holder crashed: its Context ends and Err is ErrLeaseLost, so work
 // that hangs cannot hold a permit forever.
-func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
+func MaxHold(d time.Duration) NameOption { return nameOption(func(c *config) { c.maxHold = d }) }
 
 // RestartQuarantine sets how long a Redis server, after it started, grants
 // nothing on a name it holds no state for (default: the TTL; at most 24h;
@@ -186,8 +211,8 @@ func MaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } 
 // Set it to the longest TTL any process uses on the same names when TTLs
 // differ. Turn it off only when a restart cannot lose a grant
 // (appendfsync always), or for a test server that nobody held leases on.
-func RestartQuarantine(d time.Duration) Option {
-	return func(c *config) { c.quarantine, c.quarantineSet = d, true }
+func RestartQuarantine(d time.Duration) NameOption {
+	return nameOption(func(c *config) { c.quarantine, c.quarantineSet = d, true })
 }
 
 // WaitReplicas makes every write that grants or extends a lease wait
@@ -243,8 +268,8 @@ func RestartQuarantine(d time.Duration) Option {
 //     slot directly (WAIT must follow the script on its connection), so
 //     during a resharding a call fails with MOVED instead of following
 //     it, and ClusterClient hooks do not see these calls.
-func WaitReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas = store.ReplicaWait{N: n, Timeout: timeout} }
+func WaitReplicas(n int, timeout time.Duration) NameOption {
+	return nameOption(func(c *config) { c.replicas = store.ReplicaWait{N: n, Timeout: timeout} })
 }
 
 func (c *config) validate() error {

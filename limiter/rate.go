@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -90,13 +89,6 @@ func (r Rate) check(arg string) error {
 	return nil
 }
 
-// ErrRatesUnsupported is returned by Client.RateLimit on a Redlock
-// Client: a quorum of independent rates would let through up to N/quorum
-// times the rate (each node counts only the events it saw), on clocks
-// that disagree. Keep a rate on one Redis deployment (a node, Sentinel or
-// Cluster).
-var ErrRatesUnsupported = errors.New("limiter: rate limits need one Redis deployment, not Redlock's independent nodes")
-
 // RateLimit is a fleet-wide rate limit: every process whose Client uses
 // the same Redis, prefix and name shares it, on the server's clock. Each
 // event reserves its time in Redis with one call (GCRA), so callers are
@@ -126,17 +118,14 @@ type RateLimit struct {
 // happen, and the rate after the restart comes on top of them for as far
 // ahead as they were reserved (AcquireTimeout, 10s by default, bounds
 // that; an unbounded wait does not).
-func (c *Client) RateLimit(name string, r Rate, opts ...Option) (*RateLimit, error) {
+func (c *Client) RateLimit(name string, r Rate, opts ...NameOption) (*RateLimit, error) {
 	if name == "" {
 		return nil, argError("name", `""`, "must not be empty")
 	}
 	if err := r.check("rate"); err != nil {
 		return nil, err
 	}
-	cfg, err := c.cfg.with(opts)
-	if err == nil && cfg.prefix != c.cfg.prefix {
-		err = argError("Prefix", cfg.prefix, "is a Client option: give it to New")
-	}
+	cfg, err := with(c.cfg, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redsem/redsem/limiter"
 )
 
-func newRate(t *testing.T, b backend, name string, r limiter.Rate, opts ...limiter.Option) *limiter.RateLimit {
+func newRate(t *testing.T, b backend, name string, r limiter.Rate, opts ...limiter.NameOption) *limiter.RateLimit {
 	t.Helper()
 	rl, err := clientFor(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name, r, opts...)
 	if err != nil {

@@ -33,7 +33,7 @@ import (
 // than NodeTimeout) counts as failed, and is not asked again until a
 // background PING (one per NodeTimeout) finds it back, so that a dead node
 // costs the others nothing: with one of three nodes down a mutex keeps
-// about its speed (BENCHMARKS.md). Contenders that split the nodes give
+// about its speed (docs/benchmarks-history.md). Contenders that split the nodes give
 // their grants back and try again, the one that was granted the first
 // node that is up at once, the others after a short random pause.
 //

@@ -21,7 +21,10 @@ func TestBadInput(t *testing.T) {
 	var nilClient *redis.Client
 	ctx := context.Background()
 
-	newSem := func(opts ...limiter.Option) func() error {
+	newClient := func(opts ...limiter.Option) func() error {
+		return func() error { _, err := limiter.New(rdb, opts...); return err }
+	}
+	newSem := func(opts ...limiter.NameOption) func() error {
 		return func() error { _, err := newSemaphore(t, rdb, "n", 3, opts...); return err }
 	}
 	sem, err := newSemaphore(t, rdb, "n", 3)
@@ -64,9 +67,8 @@ func TestBadInput(t *testing.T) {
 		{"refresh > TTL", "RefreshInterval", newSem(limiter.TTL(time.Second), limiter.RefreshInterval(2*time.Second))},
 		{"negative refresh", "RefreshInterval", newSem(limiter.RefreshInterval(-1))},
 		{"negative acquire timeout", "AcquireTimeout", newSem(limiter.AcquireTimeout(-1))},
-		{"prefix with brace", "Prefix", newSem(limiter.Prefix("a{b"))},
-		{"prefix with closing brace", "Prefix", newSem(limiter.Prefix("a}"))},
-		{"prefix of a semaphore", "Prefix", newSem(limiter.Prefix("other:"))},
+		{"prefix with brace", "Prefix", newClient(limiter.Prefix("a{b"))},
+		{"prefix with closing brace", "Prefix", newClient(limiter.Prefix("a}"))},
 		{"drift too large", "ClockDrift", newSem(limiter.ClockDrift(0.7))},
 		{"drift NaN", "ClockDrift", newSem(limiter.ClockDrift(math.NaN()))},
 		{"negative quarantine", "RestartQuarantine", newSem(limiter.RestartQuarantine(-time.Second))},

@@ -39,8 +39,11 @@ type waiting struct {
 	answered   bool               // Redis answered an attempt
 	rep        store.AcquireReply // its last answer
 	answeredAt time.Time          // when that answer arrived
-	splits     int                // answers that were a quorum's split votes
-	subscribed bool               // wake-ups arrive (else: timers only)
+	// told: rep's timer is a head notice's (see woken), newer than the
+	// answer, whose InUse it keeps.
+	told       bool
+	splits     int  // answers that were a quorum's split votes
+	subscribed bool // wake-ups arrive (else: timers only)
 	// queued: the waiter is in the queue, kept alive by the refresher.
 	// unsure: an attempt failed without an answer, so it may have queued
 	// the waiter (or Redis may have granted it a lease since).
@@ -75,7 +78,7 @@ func (s *Semaphore) wait(ctx context.Context, r store.AcquireRequest, bound time
 		if next == retry {
 			continue
 		}
-		if next == sleep {
+		for next == sleep {
 			l, err, next = wt.sleep()
 		}
 		if next == done {
@@ -175,7 +178,7 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 		wt.queued = false // the grant took it out of the queue
 		return l, nil, done
 	}
-	wt.answered, wt.answeredAt = true, time.Now()
+	wt.answered, wt.answeredAt, wt.told = true, time.Now(), false
 	wt.w.queued(sent, wt.rep.LastToken)
 	if wt.ctx.Err() != nil { // the answer came after AcquireTimeout: full
 		return nil, wt.gaveUp(nil), done
@@ -246,6 +249,13 @@ func (wt *waiting) woken() (l *Lease, err error, next step) {
 	if wt.ctx.Err() != nil { // AcquireTimeout ended as it was woken
 		return wt.timedOut()
 	}
+	if at, ok := wt.w.madeHeadOnly(); ok {
+		// The head left the queue, and this waiter, which did not fit,
+		// is the head now: the timer for the expiry ahead is its own.
+		wt.rep.Head, wt.rep.Split, wt.rep.Restarted, wt.rep.Paused = true, false, false, false
+		wt.rep.RetryIn, wt.answeredAt, wt.told = max(time.Until(at), 0), time.Now(), true
+		return nil, nil, sleep
+	}
 	return nil, nil, retry
 }
 
@@ -273,7 +283,7 @@ func (wt *waiting) timedOut() (l *Lease, err error, next step) {
 		wt.queued = false // the grant took it out of the queue
 		return l, nil, done
 	case err == nil:
-		wt.rep, wt.answeredAt = rep, time.Now()
+		wt.rep, wt.answeredAt, wt.told = rep, time.Now(), false
 		wt.w.queued(sent, rep.LastToken)
 	default:
 		// The last answer stands, with the time since (busy counts it).
@@ -289,8 +299,12 @@ func (wt *waiting) ownTimeout() bool {
 }
 
 // stale: what the last answer said blocked the wait (a quarantine, a
-// pause, the earliest expiry) has run out since.
+// pause, the earliest expiry) has run out since, or a head notice came
+// after it.
 func (wt *waiting) stale() bool {
+	if wt.told {
+		return true
+	}
 	left := wt.rep.RetryIn
 	if wt.rep.Restarted {
 		left = wt.rep.Quarantine

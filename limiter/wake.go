@@ -66,6 +66,13 @@ type waiter struct {
 	// grant announced with a token no higher came before one of them, so
 	// its lease expired before that request re-queued the waiter.
 	floor int64
+	// headAt: a script made the waiter the queue's head (common.lua's
+	// pass_on), whose timer is to try at this time, the earliest expiry
+	// (zero: no such word since the last wake-up was taken).
+	headAt time.Time
+	// tryNow: a wake-up asked for an attempt now (a release, a
+	// reconnect, the keep-alive), which a head notice does not replace.
+	tryNow bool
 }
 
 func newHub(c *Client) *hub {
@@ -209,8 +216,10 @@ func (h *hub) signalAllLocked() {
 func (h *hub) deliver(msg string) { h.wake([]string{msg}) }
 
 // wake signals the waiters of this Client that the messages name ("id",
-// or "id token" for a direct grant). Unknown ids are ignored: a waiter
-// that already left gave back, in its leave script, a lease granted to it.
+// "id token" for a direct grant, "id h<ms>" for a waiter made the head of
+// its queue, whose timer is to try in ms). Unknown ids are ignored: a
+// waiter that already left gave back, in its leave script, a lease
+// granted to it.
 func (h *hub) wake(msgs []string) {
 	if len(msgs) == 0 {
 		return
@@ -220,6 +229,10 @@ func (h *hub) wake(msgs []string) {
 	for _, m := range msgs {
 		id, token, _ := strings.Cut(m, " ")
 		if w := h.waiters[id]; w != nil {
+			if ms, ok := strings.CutPrefix(token, "h"); ok {
+				w.madeHead(time.Duration(atoi(ms)) * time.Millisecond)
+				continue
+			}
 			if token != "" {
 				w.mu.Lock()
 				// A stale message arriving late must not hide a valid one:
@@ -294,9 +307,36 @@ func atoi(s string) int64 {
 	return n
 }
 
+// signal wakes the waiter to try now.
 func (w *waiter) signal() {
+	w.mu.Lock()
+	w.tryNow = true
+	w.mu.Unlock()
+	w.kick()
+}
+
+// madeHead wakes the waiter, the head of its queue now, to set its timer
+// for in from now.
+func (w *waiter) madeHead(in time.Duration) {
+	w.mu.Lock()
+	w.headAt = time.Now().Add(in)
+	w.mu.Unlock()
+	w.kick()
+}
+
+func (w *waiter) kick() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// madeHeadOnly takes what woke the waiter: the time its timer is to try
+// at when only a head notice did (ok), else it is to try now.
+func (w *waiter) madeHeadOnly() (at time.Time, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok = w.headAt, !w.headAt.IsZero() && !w.tryNow
+	w.headAt, w.tryNow = time.Time{}, false
+	return at, ok
 }

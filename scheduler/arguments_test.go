@@ -23,17 +23,17 @@ func TestBadJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]scheduler.Job{
-		"no name":   {Spec: "@every 1s", TaskType: "x"},
-		"no type":   {Name: "a", Spec: "@every 1s"},
-		"bad spec":  {Name: "a", Spec: "every second", TaskType: "x"},
-		"bad limit": {Name: "a", Spec: "@every 1s", TaskType: "x", Limit: -1},
-		"bad TTL":   {Name: "a", Spec: "@every 1s", TaskType: "x", TTL: -1},
-		"prefix {}": {Name: "a", Spec: "@every 1s", TaskType: "x"},
+		"no name":            {Spec: "@every 1s", TaskType: "x"},
+		"no type":            {Name: "a", Spec: "@every 1s"},
+		"bad spec":           {Name: "a", Spec: "every second", TaskType: "x"},
+		"bad limit":          {Name: "a", Spec: "@every 1s", TaskType: "x", Limit: -1},
+		"bad TTL":            {Name: "a", Spec: "@every 1s", TaskType: "x", TTL: -1},
+		"bad limiter option": {Name: "a", Spec: "@every 1s", TaskType: "x"},
 	}
 	for name, job := range cases {
 		s := s
-		if name == "prefix {}" {
-			s, _ = scheduler.New(lc, client, scheduler.LimiterOptions(limiter.Prefix("{")))
+		if name == "bad limiter option" {
+			s, _ = scheduler.New(lc, client, scheduler.LimiterOptions(limiter.ClockDrift(0.9)))
 		}
 		if err := s.Register(job); !errors.Is(err, limiter.ErrInvalidArgument) {
 			t.Errorf("%s: want an invalid-argument error, got %v", name, err)

@@ -59,7 +59,7 @@ type options struct {
 	location    *time.Location
 	metrics     *Collector
 	logger      *slog.Logger
-	limiterOpts []limiter.Option
+	limiterOpts []limiter.NameOption
 	ttl         time.Duration        // Adopt: the worker's TTL
 	retryDelay  asynq.RetryDelayFunc // Adopt: how long a failed run keeps the lock for its retry
 }
@@ -76,11 +76,10 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every lock (e.g.
 // limiter.ReleaseTimeout); they override the options the limiter.Client
-// was made with. limiter.Prefix is a Client option: give it to
-// limiter.New, the same in the scheduler and the workers (here it is an
-// *ArgumentError). A bad option makes Adopt, Register or Enqueue return the limiter's
+// was made with (give limiter.Prefix to limiter.New, the same in the
+// scheduler and the workers). A bad option makes Adopt, Register or Enqueue return the limiter's
 // *ArgumentError.
-func LimiterOptions(opts ...limiter.Option) Option {
+func LimiterOptions(opts ...limiter.NameOption) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 

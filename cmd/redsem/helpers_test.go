@@ -44,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) ctx() context.Context { return f.timeout }
 
 // sem is a semaphore of the holder, the application's view.
-func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.Option) *limiter.Semaphore {
+func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.NameOption) *limiter.Semaphore {
 	t.Helper()
 	s, err := f.holder.Semaphore(name, limit, opts...)
 	if err != nil {

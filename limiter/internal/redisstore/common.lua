@@ -343,20 +343,72 @@ end
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
 -- its retry learns so, and not waited for.
-local function fitting(keys, now_ms, free, limit)
-  local fit = {}
-  if free <= 0 then return fit end
+-- With want_next, it also returns the first waiter that does not fit, as
+-- a record {id, channel, woken} (nil when the queue ends first), read in
+-- the same page (one entry more); with free <= 0 that is the head.
+local function fitting(keys, now_ms, free, limit, want_next)
+  local fit, nxt = {}, nil
+  if free <= 0 and not want_next then return fit end
+  local first = min(max(free, 0), 16) -- each fits in one permit at least
+  if want_next then first = min(first + 1, 16) end
   walk_queue(keys, now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
     if w > limit then
       fit[#fit + 1] = {id = id, channel = channel, w = w, hand = 0, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
       return false
     end
-    if w > free then return true end
+    if w > free then
+      if want_next then nxt = {id = id, channel = channel, woken = woken} end
+      return true
+    end
     free = free - w
     fit[#fit + 1] = {id = id, channel = channel, w = w, hand = hand, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
-    return free <= 0
-  end, nil, min(free, 16)) -- each fits in one permit at least
-  return fit
+    return free <= 0 and not want_next
+  end, nil, first)
+  return fit, nxt
+end
+
+-- Sends msg to a waiter on channel, or, on own (the caller's process),
+-- adds it to mine, returned rather than published.
+local function tell(channel, msg, own, mine)
+  if channel == own then
+    mine[#mine + 1] = msg
+  elseif string.find(channel, '{', 1, true) then
+    -- A channel with the name's hash tag is the waiter's shard channel
+    -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
+    -- the message in this shard, where a PUBLISH reaches every node.
+    -- pcall: a server without SPUBLISH (or a user refused it) must not
+    -- abort the release half done; the waiter's keep-alive tells it
+    -- its turn instead.
+    redis.pcall('SPUBLISH', channel, msg)
+  else
+    redis.call('PUBLISH', channel, msg)
+  end
+end
+
+-- Milliseconds until the earliest lease (expired or not) in keys[LEASES]
+-- expires, nil when none is left. head is the leases' first entry when
+-- read already.
+local function earliest_ms(keys, head)
+  head = head or redis.call('ZRANGE', keys[LEASES], '0', '0', 'WITHSCORES')
+  if #head == 0 or head[1] == '' then return nil end
+  return max(head[2] - clock_ms(), 0)
+end
+
+-- The new head's keep-alive (refresh.lua) tells it its turn and the
+-- earliest expiry, within QueueTTL/3 (1s): a notice is published only
+-- for an expiry sooner than that and a margin, so that a contended
+-- semaphore of long TTLs pays nothing for it.
+local HEAD_TOLD_MS = 1500
+
+-- The message that makes the waiter id the queue's head: "id h<ms>", ms
+-- until the earliest lease expires, when its timer is to try; "id" (try
+-- now) when no lease is left; nil when the expiry is far enough for the
+-- keep-alive to tell. An older Client takes it for a wake-up.
+local function head_message(keys, id)
+  local ms = earliest_ms(keys)
+  if not ms then return id end
+  if ms > HEAD_TOLD_MS then return nil end
+  return id .. ' h' .. fmt(ms)
 end
 
 -- Passes free permits on to the waiters that now fit, in queue order. With
@@ -391,16 +443,37 @@ end
 -- keep-alive), and a waiter queued again by an older version, which knows
 -- nothing of it, is woken again all the same.
 -- A direct grant is made whether the waiter is marked or not.
+--
+-- Only the head waiter keeps a timer, for leases that expire without a
+-- release. moved says the caller took a waiter out of the queue (its
+-- grant, or its leaving). The waiter that is then the head, when nobody
+-- fits, is told so (head_message), with the time of the earliest expiry,
+-- which its timer now keeps: otherwise it heard of an expiry ahead of it
+-- only at its keep-alive, up to QueueTTL/3 later (with a 50ms TTL a
+-- waiter gave up after a second while the leases ahead had expired). The
+-- keep-alive tells the head too (refresh.lua), in time for an expiry
+-- further off than HEAD_TOLD_MS. A direct grant here makes a new head
+-- too, but is not followed by a notice: it comes only with TTLs of
+-- QueueTTL or more, refreshed every third, so only a holder that stopped
+-- refreshing expires within the second before the keep-alive tells, and
+-- the contended release, the hot path, reads nothing more.
 local WOKEN_MS = 200
-local function pass_on(keys, now_ms, free, own, limit, g)
+local function pass_on(keys, now_ms, free, own, limit, g, moved)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
   local marks = {}
-  local fit = fitting(keys, now_ms, free, limit)
+  local fit, nxt = fitting(keys, now_ms, free, limit, moved)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
-  -- the pause, and its grant passes the turn on.
-  if #fit > 0 and pause_left(keys, now_ms) > 0 then return mine end
+  -- the pause, and its grant passes the turn on. A new head takes the
+  -- timer.
+  if #fit > 0 then
+    local paused = pause_left(keys, now_ms)
+    if paused > 0 then
+      if moved then tell(fit[1].channel, fit[1].id .. ' h' .. fmt(paused), own, mine) end
+      return mine
+    end
+  end
   for _, f in ipairs(fit) do
     local wait, channel, fw, hand, fexp, own_limit, woken, fws = f.id, f.channel, f.w, f.hand, f.exp, f.own_limit, f.woken, f.ws
     local msg = wait
@@ -424,21 +497,7 @@ local function pass_on(keys, now_ms, free, own, limit, g)
     else
       marks[#marks + 1], marks[#marks + 2] = '!' .. wait, fmt(clock_ms())
     end
-    if msg and channel == own then
-      mine[#mine + 1] = msg
-    elseif msg then
-      -- A channel with the name's hash tag is the waiter's shard channel
-      -- on a Cluster or Ring (store.Keyspace.WakeChannel): SPUBLISH keeps
-      -- the message in this shard, where a PUBLISH reaches every node.
-      -- pcall: a server without SPUBLISH (or a user refused it) must not
-      -- abort the release half done; the waiter's keep-alive tells it
-      -- its turn instead.
-      if string.find(channel, '{', 1, true) then
-        redis.pcall('SPUBLISH', channel, msg)
-      else
-        redis.call('PUBLISH', channel, msg)
-      end
-    end
+    if msg then tell(channel, msg, own, mine) end
   end
   if #marks > 0 then
     if g then
@@ -462,6 +521,14 @@ local function pass_on(keys, now_ms, free, own, limit, g)
       expire_keys(keys, at)
     end
   end
+  -- The new head: nobody ahead of nxt fitted (those woken would pass the
+  -- turn on with their attempts), and it was not woken just now (its
+  -- attempt, on its way, will tell it).
+  if nxt and moved and #fit == 0
+      and not (nxt.woken and clock_ms() - nxt.woken < WOKEN_MS) then
+    local msg = head_message(keys, nxt.id)
+    if msg then tell(nxt.channel, msg, own, mine) end
+  end
   return mine
 end
 
@@ -471,5 +538,5 @@ end
 local function dequeue(keys, wait, now_ms, free, own, limit)
   if redis.call('ZREM', keys[QUEUE], wait) == 0 then return {} end
   redis.call('HDEL', keys[STATE], '?' .. wait, '!' .. wait)
-  return pass_on(keys, now_ms, free, own, limit)
+  return pass_on(keys, now_ms, free, own, limit, nil, true)
 end

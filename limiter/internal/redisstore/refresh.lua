@@ -17,7 +17,10 @@ local queue_ttl_ms = ARGV[base]
 -- previous holder).
 -- Returns one number per lease (1 held, 0 gone) then one per waiter
 -- (0 gone, 1 queued, 2 queued and its permits are free: it should try
--- now, which covers a lost wake-up).
+-- now, which covers a lost wake-up; -1 - ms: queued at the head of the
+-- queue, its timer to try in ms, at the earliest expiry or the pause's
+-- end: a waiter made the head without a word, see pass_on, keeps the
+-- timer from then on).
 local now_ms = clock_ms()
 local out = {}
 -- One read of the state: keyexp, total, limit, then each lease's record,
@@ -67,8 +70,10 @@ if #ARGV >= base + 1 then
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
   local limit = num(st[3]) or math.huge -- none recorded: let the queue try
-  local free = limit - ((num(st[2]) or 0) - sweep(KEYS, now_ms))
+  local freed, first_lease = sweep(KEYS, now_ms)
+  local free = limit - ((num(st[2]) or 0) - freed)
   local fits = nil -- the ids whose turn it is, found once
+  local head = nil -- the queue's head, read once
   for i = base + 1, #ARGV do
     local r = 0
     local v = st[3 + n + i - base]
@@ -92,6 +97,14 @@ if #ARGV >= base + 1 then
             end
           end
           if fits[ARGV[i]] then r = 2 end
+        end
+        if r == 1 then
+          head = head or redis.call('ZRANGE', KEYS[3], '0', '0')[1] or ''
+          if head == ARGV[i] then
+            local ms
+            if free >= w then ms = pause_left(KEYS, now_ms) else ms = earliest_ms(KEYS, first_lease) end
+            if ms then r = -1 - ms end
+          end
         end
       end
     end

@@ -92,7 +92,7 @@ type RefreshItem struct {
 }
 
 // RefreshResult answers one batch: per lease, held or not; per waiter,
-// WaiterGone, WaiterQueued or WaiterFits.
+// WaiterGone, WaiterQueued, WaiterFits, or, below 0, WaiterHead.
 type RefreshResult struct {
 	Held  []bool
 	Waits []int64
@@ -108,6 +108,16 @@ const (
 	WaiterQueued = 1
 	WaiterFits   = 2 // its permits are free: it should try now
 )
+
+// WaiterHead reads a refresh's answer for a waiter at the head of its
+// queue that does not fit yet (-1 - ms): its timer is to try in the
+// returned time, the earliest expiry (or the pause's end).
+func WaiterHead(code int64) (in time.Duration, ok bool) {
+	if code >= 0 {
+		return 0, false
+	}
+	return time.Duration(-1-code) * time.Millisecond, true
+}
 
 // ReleaseRequest removes one lease.
 type ReleaseRequest struct {
