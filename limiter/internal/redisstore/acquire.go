@@ -10,9 +10,23 @@ import (
 
 // Acquire runs acquire.lua once.
 func (s *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRequest) (store.AcquireReply, error) {
-	args := append(evalArgs(acquireScript, k, 14), r.Limit, r.Weight, s.ms.get(r.TTL.Milliseconds(), box), r.ID, r.Proposed,
-		s.owner.get(r.Owner, box), r.ReclaimAbove, r.Wait, queueTTLms, s.channel.get(r.Channel, box), flag(s.fifo),
-		flag(r.DirectGrant), s.ms.get(r.Quarantine.Milliseconds(), box), flag(r.ExactToken))
+	// ARGV, one per line under acquire.lua's names for them.
+	args := append(evalArgs(acquireScript, k, 14),
+		r.Limit,                             // limit
+		r.Weight,                            // weight
+		s.ms.get(r.TTL.Milliseconds(), box), // ttl_ms
+		r.ID,                                // id
+		r.Proposed,                          // proposed
+		s.owner.get(r.Owner, box),           // owner
+		r.ReclaimAbove,                      // reclaim_above
+		r.Wait,                              // wait
+		queueTTLms,                          // queue_ttl_ms
+		s.channel.get(r.Channel, box),       // own
+		flag(s.fifo),                        // fifo
+		flag(r.DirectGrant),                 // direct_grant
+		s.ms.get(r.Quarantine.Milliseconds(), box), // quarantine_ms
+		flag(r.ExactToken),                         // exact
+	)
 	cmd, acked, waitErr := s.eval(ctx, acquireScript, k, r.Replicas, args)
 	v, err := cmd.Slice()
 	if err != nil {

@@ -1,12 +1,42 @@
--- ARGV: limit, weight, ttl_ms, id, proposed token ('' = server clock),
---       owner (the asking Client), reclaim ('': no; else a token: the
---       owner has no live Lease of this id, so its lease of the id with a
---       token above this one is a retry's, whose reply was lost), wait id
---       ('' = never queue), waiter ttl_ms, own wake channel, fifo (1/0),
---       direct grant (1: a release may grant this waiter its lease directly,
---       under the lease id wait; see release.lua), restart quarantine ms
---       (0: none; see quarantine_left), exact (1: the proposed token is
---       the lease's own, to be taken as is: see quorumStore.regain)
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause (STRING; see common.lua)
+-- ARGV[1] limit: the asking Semaphore's limit
+-- ARGV[2] weight: the permits asked for
+-- ARGV[3] ttl_ms: the lease's TTL
+-- ARGV[4] id: the lease's id
+-- ARGV[5] proposed: the token a quorum proposes ('' = the server clock's)
+-- ARGV[6] owner: the asking Client
+-- ARGV[7] reclaim_above: '' no; else a token: the owner has no live Lease
+--         of this id, so its lease of the id with a token above this one
+--         is a retry's, whose reply was lost
+-- ARGV[8] wait: the waiter's id in the queue ('' = never queue)
+-- ARGV[9] queue_ttl_ms: how long the waiter's entry lives unless kept alive
+-- ARGV[10] own: the asking Client's wake channel
+-- ARGV[11] fifo: 1 grant in queue order; 0 not (a quorum's node: below)
+-- ARGV[12] direct_grant: 1 a release may grant this waiter its lease
+--          directly, under the lease id wait (see release.lua)
+-- ARGV[13] quarantine_ms: the restart quarantine (0: none; see
+--          quarantine_left)
+-- ARGV[14] exact: 1 the proposed token is the lease's own, to be taken
+--          as is (see quorumStore.regain)
+-- Numbers stored as they came (decimal from Go) keep their string too, as
+-- name_s: formatting a number costs more than the rest of a write.
+local limit_s, weight_s, ttl_ms_s = ARGV[1], ARGV[2], ARGV[3]
+local limit, weight, ttl_ms = limit_s + 0, weight_s + 0, ttl_ms_s + 0
+local id = ARGV[4]
+local proposed = ARGV[5]
+local owner = ARGV[6]
+local reclaim_above = ARGV[7]
+local wait = ARGV[8]
+local queue_ttl_ms = ARGV[9]
+local own = ARGV[10]
+local fifo = ARGV[11] == '1'
+local direct_grant = ARGV[12] == '1'
+local quarantine_ms = ARGV[13]
+local exact = ARGV[14] == '1'
+
 -- A quorum proposes the token so that its nodes, whose clocks differ,
 -- agree on it unless one has seen a later token. A quorum does not queue
 -- in order (fifo 0): each node's queue only says whom to wake, since an
@@ -18,6 +48,7 @@
 -- refused it, 2 when the name's pause did, the ms being then until its
 -- end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
+
 -- Sums the weights of the live waiters queued ahead of wait (of every
 -- waiter when wait is not queued): those permits are spoken for, but for
 -- those heavier than the limit, which can never be served. Returns nil
@@ -25,7 +56,7 @@
 -- not wait's turn).
 local function queued_ahead(now_ms, wait, limit)
   local sum = 0
-  local told = walk_queue(now_ms, function(id, w)
+  local told = walk_queue(KEYS, now_ms, function(id, w)
     if id == wait then return true end
     if w <= limit then sum = sum + w end
     return false
@@ -50,17 +81,15 @@ end
 -- to their TTL (RestartQuarantine). Rounded up: a retry at the end is
 -- granted.
 local function quarantine_left(q)
-  local start = started_by(q * 1000)
+  local start = started_by(q * 1000, KEYS[1])
   if not start then return 0 end
   return max(ceil((start + q * 1000 - now_us()) / 1000), 0)
 end
 
-local limit, weight, ttl, id = num(ARGV[1]), num(ARGV[2]), num(ARGV[3]), ARGV[4]
-local owner, wait, own = ARGV[6], ARGV[8], ARGV[10]
 local field = ':' .. id
 local now = now_us()
 local now_ms = floor(now / 1000)
-local exp = now_ms + ttl
+local exp = now_ms + ttl_ms
 -- One read for everything the common paths need ('?' and '!' alone, when
 -- this request does not queue, are never fields).
 local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
@@ -70,8 +99,8 @@ local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, num(st[3]) or 0
 local mine = wait ~= '' and st[5]
 -- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
 -- (not on a quorum's nodes: its size is made for the asking limit).
-local cap = ARGV[11] == '1' and st[7]
-local limit_s = cap or ARGV[1]
+local cap = fifo and st[7]
+local rule_s = cap or limit_s -- the limit a grant records
 if cap then
   limit = cap + 0
   if weight > limit then return {-2, limit} end
@@ -89,21 +118,21 @@ if st[4] then
     -- was lost, is its own too. Only releases in order grant directly (fifo);
     -- on a quorum's node such a lease is what an earlier attempt left,
     -- which its rollback may be removing right now: not to be counted.
-    local handed = ARGV[11] == '1' and id == wait
-    local reclaim_above = ARGV[7] ~= '' and ARGV[7] + 0
-    if holder == owner and ((reclaim_above and tok + 0 > reclaim_above) or handed) then
+    local handed = fifo and id == wait
+    local above = reclaim_above ~= '' and reclaim_above + 0
+    if holder == owner and ((above and tok + 0 > above) or handed) then
       exp = max(exp, score) -- never shorten
       redis.call('ZADD', KEYS[1], fmt(exp), id)
-      local at = next_keyexp(exp, ttl, keyexp)
+      local at = next_keyexp(exp, ttl_ms, keyexp)
       if at then
         redis.call('HSET', KEYS[2], 'keyexp', at)
-        expire_keys(at)
+        expire_keys(KEYS, at)
       end
       local reply = {1, tok, w, limit - total, 1}
       -- The retry may have queued meanwhile: its entry must not keep
       -- the room of those behind.
       if mine then
-        for _, v in ipairs(dequeue(wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
+        for _, v in ipairs(dequeue(KEYS, wait, now_ms, limit - total, own, limit)) do reply[#reply + 1] = v end
       end
       return reply
     end
@@ -127,20 +156,20 @@ end
 -- keep-alives (refresh.lua sweeps): the permits expired leases free are
 -- the waiters' ahead first, and this newcomer, queued, hears of its turn
 -- from them. Dead entries on the way are dropped, as by any walk.
-local queue = ARGV[11] == '1' and not conflict and st[8] ~= st[9]
+local queue = fifo and not conflict and st[8] ~= st[9]
 local ahead = 0
 local first -- the earliest live lease, when the sweep read it
 local behind = false -- a newcomer behind a live waiter: no sweep
 if not conflict and total + weight > limit then
   if queue and not mine and wait ~= '' then -- (a request that never queues asks nothing)
     local live = false
-    local told = walk_queue(now_ms, function() live = true; return true end, nil, 1)
+    local told = walk_queue(KEYS, now_ms, function() live = true; return true end, nil, 1)
     if live or not told then ahead, behind = 1, true end
     queue = false
   end
   if not behind then
     local freed
-    freed, first = sweep(now_ms)
+    freed, first = sweep(KEYS, now_ms)
     total = total - freed
   end
 end
@@ -152,33 +181,33 @@ end
 -- with its leases. Only then is the server's age asked (one INFO), so the
 -- names in use pay nothing.
 local quarantine = 0
-if not conflict and not st[2] and ARGV[13] ~= '0' then
-  quarantine = quarantine_left(ARGV[13] + 0)
+if not conflict and not st[2] and quarantine_ms ~= '0' then
+  quarantine = quarantine_left(quarantine_ms + 0)
 end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
-local paused = fits and pause_left(now_ms) or 0
+local paused = fits and pause_left(KEYS, now_ms) or 0
 if fits and paused == 0 then
   -- A quorum granting a lease it holds again on a node that lost it
-  -- gives the lease its own token (ARGV[14]); the node's counter never
+  -- gives the lease its own token (exact); the node's counter never
   -- goes back.
   local tok, counter
-  if ARGV[14] == '1' then
-    tok = ARGV[5]
+  if exact then
+    tok = proposed
     counter = fmt(max(last, tok + 0))
   else
-    tok = next_token(last, ARGV[5], now)
+    tok = next_token(last, proposed, now)
     counter = tok
   end
-  local at = next_keyexp(exp, ttl, keyexp)
+  local at = next_keyexp(exp, ttl_ms, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
-  -- ARGV[1] and ARGV[2] are stored as they came (decimal from Go): no
+  -- limit and weight are stored as they came (decimal from Go): no
   -- formatting (the first lease's total is its weight); limit, keyexp
   -- and emptied only when they change.
-  local new_total = total == 0 and ARGV[2] or int_string(total + weight)
-  local set = {'HSET', KEYS[2], field, lease_record(ARGV[2], tok, owner), 'total', new_total, 'token', counter}
-  if st[6] ~= limit_s then
-    set[9], set[10] = 'limit', limit_s
+  local new_total = total == 0 and weight_s or int_string(total + weight)
+  local set = {'HSET', KEYS[2], field, lease_record(weight_s, tok, owner), 'total', new_total, 'token', counter}
+  if st[6] ~= rule_s then
+    set[9], set[10] = 'limit', rule_s
   end
   if at then
     local n = #set
@@ -189,10 +218,10 @@ if fits and paused == 0 then
     set[n + 1], set[n + 2] = 'emptied', st[8]
   end
   redis.call(unpack(set))
-  if at then expire_keys(at) end
+  if at then expire_keys(KEYS, at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then
-    for _, v in ipairs(dequeue(wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
+    for _, v in ipairs(dequeue(KEYS, wait, now_ms, limit - total - weight, own, limit)) do reply[#reply + 1] = v end
   end
   return reply
 end
@@ -200,10 +229,10 @@ end
 local head = 0
 if wait ~= '' then
   if ahead == 0 then head = 1 end
-  local wexp = now_ms + ARGV[9]
+  local wexp = now_ms + queue_ttl_ms
   local hand = '0'
-  if ARGV[11] == '1' and ARGV[12] == '1' and wait == id then hand = ARGV[3] end
-  local rec = waiter_record(ARGV[2], fmt(wexp), hand, ARGV[1], own)
+  if fifo and direct_grant and wait == id then hand = ttl_ms_s end
+  local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, own)
   local set = {'HSET', KEYS[2], '?' .. wait, rec}
   -- The wake-up that brought this attempt is spent: reset the marker
   -- (pass_on), so that the next room wakes the waiter again. '' rather
@@ -217,11 +246,11 @@ if wait ~= '' then
     redis.call('ZADD', KEYS[3], seq, wait)
     local n = #set
     set[n + 1], set[n + 2] = 'seq', seq
-    local at = next_keyexp(wexp, ttl, keyexp)
+    local at = next_keyexp(wexp, ttl_ms, keyexp)
     if at then
       set[n + 3], set[n + 4] = 'keyexp', at
       redis.call(unpack(set))
-      expire_keys(at)
+      expire_keys(KEYS, at)
     else
       redis.call(unpack(set))
       -- The queue key is new when the queue had emptied (then nobody was
@@ -239,5 +268,5 @@ if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
 if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
 -- Behind a live waiter, the earliest expiry is not this one's to wait for
 -- (its timer is the head's), and the TTL saves the call that reads it.
-if behind then return {0, ttl, total, head, st[2] or '0', 0} end
-return {0, earliest(now_ms, ttl, first), total, head, st[2] or '0', 0}
+if behind then return {0, ttl_ms, total, head, st[2] or '0', 0} end
+return {0, earliest(now_ms, ttl_ms, first), total, head, st[2] or '0', 0}

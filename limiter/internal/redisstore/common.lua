@@ -1,4 +1,12 @@
--- Prelude shared by every script (prepended in scripts.go).
+-- Prelude shared by every script (prepended in scripts.go). No helper
+-- reads KEYS or ARGV: each takes the keys it touches as a parameter,
+-- since the rate scripts give KEYS[n] other meanings (reserve.lua).
+--
+-- A semaphore's keys are every semaphore script's KEYS[1] to KEYS[4]
+-- (pause.lua adds its rate's after them). The semaphore helpers below
+-- take them as one parameter, keys (the script's KEYS), and read each
+-- slot by its name here:
+local LEASES, STATE, QUEUE, PAUSE = 1, 2, 3, 4
 -- KEYS[1] leases ZSET id -> expiry (ms, server clock), plus the member ''
 --                at +inf that keeps the set (and its TTL) alive while empty
 -- KEYS[2] state  HASH ':'..id -> "<weight>:<token>:<owner>" per lease,
@@ -91,8 +99,13 @@ local function clock_string()
   return clock_s
 end
 
--- Splits a lease record ("weight:token:owner"): the weight as a number,
--- the rest as strings.
+-- The record parsers below return several values, each position stated
+-- at the parser, rather than a table of named fields: a table per record
+-- would be allocated (and collected) on every lease and waiter read, the
+-- queue walk's hot loop included.
+--
+-- Splits a lease record ("weight:token:owner"): returns 1 the weight (a
+-- number), 2 the token and 3 the owner (strings).
 local function parse(v)
   local w, second, third = string.match(v, '^(%d+):(%d+):(.*)$')
   return w + 0, second, third
@@ -104,8 +117,9 @@ local function lease_record(w, tok, owner)
   return w .. ':' .. tok .. ':' .. owner
 end
 
--- Splits a waiter's record: weight, expiry (ms), direct-grant ttl (ms),
--- channel, its own limit (a string), and its weight as a string.
+-- Splits a waiter's record: returns 1 its weight, 2 its expiry (ms), 3
+-- its direct-grant ttl (ms) (numbers), 4 its channel, 5 its own limit
+-- and 6 its weight (strings); nil for another version's record.
 local function parse_waiter(v)
   local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
   if not w then return nil end -- another version's record: walk_queue drops it
@@ -170,7 +184,8 @@ end
 -- started. It is read and written only while the start plus keep_us (the
 -- caller's quarantine) may be to come, and lives until then: a marker gone
 -- sooner would be written anew, later, and end the quarantine later.
-local function started_by(keep_us)
+-- tagged_key: any key of the name (the marker takes its hash tag).
+local function started_by(keep_us, tagged_key)
   local info = redis.pcall('INFO', 'server')
   local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   if not up then return nil end
@@ -182,7 +197,7 @@ local function started_by(keep_us)
   if start + keep_us <= now then return start end
   local run = string.match(info, 'run_id:(%x+)')
   if not run then return start end
-  local key = string.match(KEYS[1], '^[^}]*}') .. ':seen'
+  local key = string.match(tagged_key, '^[^}]*}') .. ':seen'
   local m = redis.call('GET', key)
   local mrun, seen
   if m then mrun, seen = string.match(m, '^(%x+) (%d+)$') end
@@ -209,22 +224,22 @@ local SWEEP_MAX = 100
 -- nothing is to be dropped, and it is returned too ({id, expiry}, or {}
 -- or {'', 'inf'} when none) for a refused acquire's retry hint
 -- (acquire.lua's earliest), which then needs no call of its own.
-local function sweep(now_ms)
-  local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+local function sweep(keys, now_ms)
+  local head = redis.call('ZRANGE', keys[LEASES], '0', '0', 'WITHSCORES')
   if #head == 0 or head[1] == '' or num(head[2]) > now_ms then
     return 0, head
   end
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
+  local gone = redis.call('ZRANGEBYSCORE', keys[LEASES], '-inf', now_ms, 'LIMIT', 0, SWEEP_MAX)
   if #gone == 0 then return 0 end
   local fields = {}
   for i = 1, #gone do fields[i] = ':' .. gone[i] end
   local freed = 0
-  for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(fields))) do
+  for _, v in ipairs(redis.call('HMGET', keys[STATE], unpack(fields))) do
     if v then freed = freed + parse(v) end
   end
-  redis.call('HDEL', KEYS[2], unpack(fields))
-  redis.call('ZREM', KEYS[1], unpack(gone))
-  redis.call('HINCRBY', KEYS[2], 'total', -freed)
+  redis.call('HDEL', keys[STATE], unpack(fields))
+  redis.call('ZREM', keys[LEASES], unpack(gone))
+  redis.call('HINCRBY', keys[STATE], 'total', -freed)
   return freed
 end
 
@@ -237,11 +252,11 @@ local function next_keyexp(exp, ttl, keyexp)
   return fmt(exp + ttl + 1000)
 end
 
-local function expire_keys(at)
-  redis.call('ZADD', KEYS[1], '+inf', '')
-  redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[2], at)
-  redis.call('PEXPIREAT', KEYS[3], at)
+local function expire_keys(keys, at)
+  redis.call('ZADD', keys[LEASES], '+inf', '')
+  redis.call('PEXPIREAT', keys[LEASES], at)
+  redis.call('PEXPIREAT', keys[STATE], at)
+  redis.call('PEXPIREAT', keys[QUEUE], at)
 end
 
 -- Every enqueue takes a ticket (seq, acquire.lua), and a call whose walk
@@ -267,13 +282,13 @@ end
 -- and table slots, which under contention cost more than the calls did:
 -- with 7 waiters queued, a page of 16 read 14 records of which one was
 -- used.
-local function walk_queue(now, visit, keep, first)
+local function walk_queue(keys, now, visit, keep, first)
   local dead, finished = {}, false
   local pos, size = 0, first or 16
   for _ = 1, 4 do
     local lo, hi = '0', int_string(size - 1)
     if pos > 0 then lo, hi = fmt(pos), fmt(pos + size - 1) end
-    local ids = redis.call('ZRANGE', KEYS[3], lo, hi)
+    local ids = redis.call('ZRANGE', keys[QUEUE], lo, hi)
     if #ids == 0 then
       queue_seen_empty = pos == 0
       finished = true
@@ -282,7 +297,7 @@ local function walk_queue(now, visit, keep, first)
     now = now or clock_ms()
     local fields = {}
     for i = 1, #ids do fields[2 * i - 1], fields[2 * i] = '?' .. ids[i], '!' .. ids[i] end
-    local vals = redis.call('HMGET', KEYS[2], unpack(fields))
+    local vals = redis.call('HMGET', keys[STATE], unpack(fields))
     for i = 1, #ids do
       local w, exp, hand, channel, own_limit, ws
       local v = vals[2 * i - 1]
@@ -305,48 +320,48 @@ local function walk_queue(now, visit, keep, first)
   if #dead > 0 then
     local fields = {}
     for i = 1, #dead do fields[2 * i - 1], fields[2 * i] = '?' .. dead[i], '!' .. dead[i] end
-    redis.call('HDEL', KEYS[2], unpack(fields))
-    redis.call('ZREM', KEYS[3], unpack(dead))
+    redis.call('HDEL', keys[STATE], unpack(fields))
+    redis.call('ZREM', keys[QUEUE], unpack(dead))
   end
   return finished
 end
 
--- Milliseconds left of the name's pause (KEYS[4]), 0 when not paused.
+-- Milliseconds left of the name's pause (keys[PAUSE]), 0 when not paused.
 -- Read only when something would be granted: a pause costs the full
 -- semaphore's calls nothing.
-local function pause_left(now_ms)
-  local p = redis.call('GET', KEYS[4])
+local function pause_left(keys, now_ms)
+  local p = redis.call('GET', keys[PAUSE])
   if not p then return 0 end
   return max(ceil(p / 1000) - (now_ms or clock_ms()), 0)
 end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
--- in order, as {id, channel, weight, direct-grant ttl, expiry, own limit,
--- woken, weight as a string} (direct-grant ttl 0 for one heavier than the
+-- in order, as records {id, channel, w (weight), hand (direct-grant ttl),
+-- exp (expiry), own_limit, woken, ws (weight as a string)} (direct-grant ttl 0 for one heavier than the
 -- limit), up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
 -- by SetLimit after it queued) can never be served: it is listed, so that
 -- its retry learns so, and not waited for.
 -- With want_next, it also returns the first waiter that does not fit, as
--- {id, channel, woken} (nil when the queue ends first), read in the same
--- page (one entry more); with free <= 0 that is the head.
-local function fitting(now_ms, free, limit, want_next)
+-- a record {id, channel, woken} (nil when the queue ends first), read in
+-- the same page (one entry more); with free <= 0 that is the head.
+local function fitting(keys, now_ms, free, limit, want_next)
   local fit, nxt = {}, nil
   if free <= 0 and not want_next then return fit end
   local first = min(max(free, 0), 16) -- each fits in one permit at least
   if want_next then first = min(first + 1, 16) end
-  walk_queue(now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
+  walk_queue(keys, now_ms, function(id, w, channel, hand, exp, own_limit, woken, ws)
     if w > limit then
-      fit[#fit + 1] = {id, channel, w, 0, exp, own_limit, woken, ws}
+      fit[#fit + 1] = {id = id, channel = channel, w = w, hand = 0, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
       return false
     end
     if w > free then
-      if want_next then nxt = {id, channel, woken} end
+      if want_next then nxt = {id = id, channel = channel, woken = woken} end
       return true
     end
     free = free - w
-    fit[#fit + 1] = {id, channel, w, hand, exp, own_limit, woken, ws}
+    fit[#fit + 1] = {id = id, channel = channel, w = w, hand = hand, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
     return free <= 0 and not want_next
   end, nil, first)
   return fit, nxt
@@ -370,10 +385,11 @@ local function tell(channel, msg, own, mine)
   end
 end
 
--- Milliseconds until the earliest lease (expired or not) expires, nil
--- when none is left. head is the leases' first entry when read already.
-local function earliest_ms(head)
-  head = head or redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+-- Milliseconds until the earliest lease (expired or not) in keys[LEASES]
+-- expires, nil when none is left. head is the leases' first entry when
+-- read already.
+local function earliest_ms(keys, head)
+  head = head or redis.call('ZRANGE', keys[LEASES], '0', '0', 'WITHSCORES')
   if #head == 0 or head[1] == '' then return nil end
   return max(head[2] - clock_ms(), 0)
 end
@@ -388,8 +404,8 @@ local HEAD_TOLD_MS = 1500
 -- until the earliest lease expires, when its timer is to try; "id" (try
 -- now) when no lease is left; nil when the expiry is far enough for the
 -- keep-alive to tell. An older Client takes it for a wake-up.
-local function head_message(id)
-  local ms = earliest_ms()
+local function head_message(keys, id)
+  local ms = earliest_ms(keys)
   if not ms then return id end
   if ms > HEAD_TOLD_MS then return nil end
   return id .. ' h' .. fmt(ms)
@@ -442,24 +458,24 @@ end
 -- refreshing expires within the second before the keep-alive tells, and
 -- the contended release, the hot path, reads nothing more.
 local WOKEN_MS = 200
-local function pass_on(now_ms, free, own, limit, g, moved)
+local function pass_on(keys, now_ms, free, own, limit, g, moved)
   local mine = {}
   local granting = g ~= nil
   local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
   local marks = {}
-  local fit, nxt = fitting(now_ms, free, limit, moved)
+  local fit, nxt = fitting(keys, now_ms, free, limit, moved)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
   -- the pause, and its grant passes the turn on. A new head takes the
   -- timer.
   if #fit > 0 then
-    local paused = pause_left(now_ms)
+    local paused = pause_left(keys, now_ms)
     if paused > 0 then
-      if moved then tell(fit[1][2], fit[1][1] .. ' h' .. fmt(paused), own, mine) end
+      if moved then tell(fit[1].channel, fit[1].id .. ' h' .. fmt(paused), own, mine) end
       return mine
     end
   end
   for _, f in ipairs(fit) do
-    local wait, channel, fw, hand, fexp, own_limit, woken, fws = f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
+    local wait, channel, fw, hand, fexp, own_limit, woken, fws = f.id, f.channel, f.w, f.hand, f.exp, f.own_limit, f.woken, f.ws
     local msg = wait
     own_limit = g and g.cap or own_limit
     granting = granting and hand > 0 and g.total + fw <= own_limit + 0
@@ -487,12 +503,12 @@ local function pass_on(now_ms, free, own, limit, g, moved)
     if g then
       for _, v in ipairs(marks) do g.hset[#g.hset + 1] = v end
     else
-      redis.call('HSET', KEYS[2], unpack(marks))
+      redis.call('HSET', keys[STATE], unpack(marks))
     end
   end
   if #zadd > 0 then
-    redis.call('ZADD', KEYS[1], unpack(zadd))
-    redis.call('ZREM', KEYS[3], unpack(zrem))
+    redis.call('ZADD', keys[LEASES], unpack(zadd))
+    redis.call('ZREM', keys[QUEUE], unpack(zrem))
     local set = g.hset
     set[#set + 1], set[#set + 2] = 'token', g.token_s
     -- Like a grant by acquire: releases wake by the limit of the last.
@@ -502,16 +518,16 @@ local function pass_on(now_ms, free, own, limit, g, moved)
     local at = next_keyexp(newest, maxttl, g.keyexp)
     if at then
       set[#set + 1], set[#set + 2] = 'keyexp', at
-      expire_keys(at)
+      expire_keys(keys, at)
     end
   end
   -- The new head: nobody ahead of nxt fitted (those woken would pass the
   -- turn on with their attempts), and it was not woken just now (its
   -- attempt, on its way, will tell it).
   if nxt and moved and #fit == 0
-      and not (nxt[3] and clock_ms() - nxt[3] < WOKEN_MS) then
-    local msg = head_message(nxt[1])
-    if msg then tell(nxt[2], msg, own, mine) end
+      and not (nxt.woken and clock_ms() - nxt.woken < WOKEN_MS) then
+    local msg = head_message(keys, nxt.id)
+    if msg then tell(nxt.channel, msg, own, mine) end
   end
   return mine
 end
@@ -519,8 +535,8 @@ end
 -- Takes wait out of the queue and passes its turn on to those behind that
 -- fit in free; returns the own waiters woken (none when wait was not
 -- queued).
-local function dequeue(wait, now_ms, free, own, limit)
-  if redis.call('ZREM', KEYS[3], wait) == 0 then return {} end
-  redis.call('HDEL', KEYS[2], '?' .. wait, '!' .. wait)
-  return pass_on(now_ms, free, own, limit, nil, true)
+local function dequeue(keys, wait, now_ms, free, own, limit)
+  if redis.call('ZREM', keys[QUEUE], wait) == 0 then return {} end
+  redis.call('HDEL', keys[STATE], '?' .. wait, '!' .. wait)
+  return pass_on(keys, now_ms, free, own, limit, nil, true)
 end

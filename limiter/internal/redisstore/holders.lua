@@ -1,3 +1,8 @@
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause (STRING; see common.lua)
+-- No ARGV.
 -- Read-only. Returns {id, weight, token, ms left, ...} for every live lease.
 local now_ms = clock_ms()
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES')

@@ -8,6 +8,9 @@ import (
 
 // Leave runs leave.lua once: a waiter that gave up leaves the queue.
 func (s *Store) Leave(ctx context.Context, k store.Keyspace, wait, channel string) ([]string, error) {
-	v, err := s.run(ctx, leaveScript, k, wait, channel).Slice()
+	v, err := s.run(ctx, leaveScript, k,
+		wait,    // wait
+		channel, // own
+	).Slice()
 	return stringsOf(v), err
 }

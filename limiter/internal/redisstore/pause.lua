@@ -1,10 +1,17 @@
--- KEYS: the semaphore's (see common.lua); KEYS[4] is the name's pause,
---       which its rate shares (reserve.lua); KEYS[5] the rate's tat and
---       KEYS[6] its moved record (reserve.lua)
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause, which its rate shares (reserve.lua)
+-- KEYS[5] rate: the rate's tat (reserve.lua)
+-- KEYS[6] moved: the rate's record of a pause's move (reserve.lua)
 -- ARGV[1] d_us: the pause, µs from now ('lift': lift the pause)
 -- ARGV[2] own: the caller's wake channel
 -- ARGV[3] notice: the channel every Client of the prefix hears pauses on
 --         (store.PauseChannel), '' for none
+local d_us = ARGV[1]
+local own = ARGV[2]
+local notice = ARGV[3]
+
 -- Pauses the name until d_us from now on the server's clock, unless it
 -- is paused longer already (two 429s never shorten each other's pause).
 -- The key outlives the pause by a day (its end still paces the rate until
@@ -29,17 +36,17 @@
 -- KEYS[6], and the next reservation, which knows it, takes tat back
 -- (reserve.lua). A pause that extends one whose move no reservation
 -- followed keeps that record's tat before and now.
-if ARGV[1] == 'lift' then
+if d_us == 'lift' then
   redis.call('DEL', KEYS[4])
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
   local limit = tonumber(st[2]) or math.huge
   local reply = {0}
-  for _, v in ipairs(pass_on(nil, limit - (tonumber(st[1]) or 0), ARGV[2], limit)) do reply[#reply + 1] = v end
+  for _, v in ipairs(pass_on(KEYS, nil, limit - (tonumber(st[1]) or 0), own, limit)) do reply[#reply + 1] = v end
   return reply
 end
 local now = now_us()
 local was = tonumber(redis.call('GET', KEYS[4]) or '0')
-local until_us = math.max(now + tonumber(ARGV[1]), was)
+local until_us = math.max(now + tonumber(d_us), was)
 redis.call('SET', KEYS[4], fmt(until_us))
 redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000) + 86400000))
 local moved = until_us - math.max(now, was)
@@ -56,8 +63,8 @@ if moved > 0 then
     end
     redis.call('SET', KEYS[5], fmt(to), 'PX', px)
     redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)
-    if ARGV[3] ~= '' then
-      redis.call('PUBLISH', ARGV[3], fmt(until_us) .. ' ' .. fmt(tat) .. ' ' .. fmt(moved) .. ' ' .. KEYS[5])
+    if notice ~= '' then
+      redis.call('PUBLISH', notice, fmt(until_us) .. ' ' .. fmt(tat) .. ' ' .. fmt(moved) .. ' ' .. KEYS[5])
     end
   end
 end

@@ -20,7 +20,13 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	if r.Careful {
 		careful = "1"
 	}
-	res, err := s.run(ctx, reserveScript, k, interval(r.Rate), r.Rate.Burst, r.N, maxWait, careful).Result()
+	res, err := s.run(ctx, reserveScript, k,
+		interval(r.Rate), // asked_interval_us
+		r.Rate.Burst,     // asked_burst
+		r.N,              // n
+		maxWait,          // max_wait_us
+		careful,          // careful
+	).Result()
 	if err != nil {
 		return store.ReserveReply{}, err
 	}
@@ -50,13 +56,20 @@ func interval(r store.Rate) string {
 
 // Unreserve runs unreserve.lua once.
 func (s *Store) Unreserve(ctx context.Context, k store.Keyspace, prev, next string) (bool, error) {
-	n, err := s.run(ctx, unreserveScript, k, prev, next).Int64()
+	n, err := s.run(ctx, unreserveScript, k,
+		prev, // prev
+		next, // next_tat
+	).Int64()
 	return n == 1, err
 }
 
 // SetRate runs setrate.lua once.
 func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) error {
-	return s.run(ctx, setRateScript, k, r.Events, r.Per.Nanoseconds(), r.Burst).Err()
+	return s.run(ctx, setRateScript, k,
+		r.Events,            // events
+		r.Per.Nanoseconds(), // per_ns
+		r.Burst,             // burst
+	).Err()
 }
 
 // Pause runs pause.lua once.
@@ -67,9 +80,9 @@ func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, ch
 		us = (d + time.Microsecond - 1).Microseconds()
 	}
 	v, err := s.run(ctx, pauseScript, k,
-		us,
-		channel,
-		notice,
+		us,      // d_us
+		channel, // own
+		notice,  // notice
 	).Slice()
 	if err != nil || len(v) == 0 {
 		return 0, nil, err

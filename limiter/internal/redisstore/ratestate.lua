@@ -1,4 +1,8 @@
--- KEYS[1] rate, KEYS[2] pause, KEYS[3] fleet (see reserve.lua)
+-- KEYS[1] rate: STRING tat (see reserve.lua)
+-- KEYS[2] pause: STRING µs until which the name grants nothing
+-- KEYS[3] fleet: STRING "events per_ns burst" (see reserve.lua)
+-- KEYS[4] moved: a pause's move of tat (unused; see reserve.lua)
+-- No ARGV.
 -- Returns {tat ('' when none), fleet rate ('' when none), µs paused from
 -- now (0: not paused), now µs}.
 local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])

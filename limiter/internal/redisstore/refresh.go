@@ -134,14 +134,14 @@ func refreshArgs(b store.RefreshBatch) [][]any {
 			m = 0 // waiters go in calls of their own
 		}
 		args := make([]any, 0, 1+3*n+1+m)
-		args = append(args, n)
+		args = append(args, n) // n
 		for _, l := range leases[:n] {
-			args = append(args, l.ID, l.Token, l.TTL.Milliseconds())
+			args = append(args, l.ID, l.Token, l.TTL.Milliseconds()) // lease i's id, token, ttl_ms
 		}
 		if m > 0 {
-			args = append(args, store.QueueTTL.Milliseconds())
+			args = append(args, store.QueueTTL.Milliseconds()) // queue_ttl_ms
 			for _, w := range waits[:m] {
-				args = append(args, w)
+				args = append(args, w) // a wait id
 			}
 		}
 		leases, waits = leases[n:], waits[m:]

@@ -1,5 +1,16 @@
--- ARGV: lease count n, then n × (id, token, ttl_ms), then for the queue:
---       waiter ttl_ms, then wait ids.
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause (STRING; see common.lua)
+-- ARGV[1] n: how many leases follow
+-- ARGV[3i-1], ARGV[3i], ARGV[3i+1] (i = 1..n): lease i's id, token and
+--         ttl_ms
+-- ARGV[3n+2] queue_ttl_ms: the waiters' entries' TTL (absent: no waiters)
+-- ARGV[3n+3..] the wait ids of the Client's queued waiters
+local n = ARGV[1] + 0
+local base = 3 * n + 2 -- queue_ttl_ms's position
+local queue_ttl_ms = ARGV[base]
+
 -- Keeps alive, in one call, every lease and queued waiter of one
 -- semaphore that one Client holds: never shortens an expiry and never
 -- re-creates what is gone (by token: a lease handed over is gone for the
@@ -10,8 +21,6 @@
 -- queue, its timer to try in ms, at the earliest expiry or the pause's
 -- end: a waiter made the head without a word, see pass_on, keeps the
 -- timer from then on).
-local n = ARGV[1] + 0
-local base = 3 * n + 2
 local now_ms = clock_ms()
 local out = {}
 -- One read of the state: keyexp, total, limit, then each lease's record,
@@ -19,7 +28,7 @@ local out = {}
 local fields = {'keyexp', 'total', 'limit'}
 local ids = {}
 for i = 1, n do
-  ids[i] = ARGV[3 * i - 1]
+  ids[i] = ARGV[3 * i - 1] -- lease i's id
   fields[3 + i] = ':' .. ids[i]
 end
 for i = base + 1, #ARGV do fields[#fields + 1] = '?' .. ARGV[i] end
@@ -40,8 +49,9 @@ if n > 0 then
     local v = st[3 + i]
     if v and scores[i] and scores[i] + 0 > now_ms then
       local _, tok = parse(v)
-      if tok == ARGV[3 * i] then
-        local ttl = ARGV[3 * i + 1] + 0
+      local token, ttl_ms = ARGV[3 * i], ARGV[3 * i + 1] -- lease i's
+      if tok == token then
+        local ttl = ttl_ms + 0
         local exp = max(now_ms + ttl, scores[i] + 0)
         zadd[#zadd + 1] = fmt(exp)
         zadd[#zadd + 1] = ids[i]
@@ -54,13 +64,13 @@ if n > 0 then
   if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
 end
 if #ARGV >= base + 1 then
-  local wttl = ARGV[base] + 0
+  local wttl = queue_ttl_ms + 0
   local wexp = fmt(now_ms + wttl)
   local set = {}
   -- Expired leases free permits that no release announces: count them
   -- out, so a waiter learns it fits.
   local limit = num(st[3]) or math.huge -- none recorded: let the queue try
-  local freed, first_lease = sweep(now_ms)
+  local freed, first_lease = sweep(KEYS, now_ms)
   local free = limit - ((num(st[2]) or 0) - freed)
   local fits = nil -- the ids whose turn it is, found once
   local head = nil -- the queue's head, read once
@@ -79,9 +89,9 @@ if #ARGV >= base + 1 then
           if not fits then
             fits = {}
             -- Paused: nobody's turn (the head's timer ends the pause).
-            if pause_left(now_ms) == 0 then
-              for _, f in ipairs(fitting(now_ms, free, limit)) do
-                fits[f[1]] = true
+            if pause_left(KEYS, now_ms) == 0 then
+              for _, f in ipairs(fitting(KEYS, now_ms, free, limit)) do
+                fits[f.id] = true
                 if not granted_before then break end
               end
             end
@@ -92,7 +102,7 @@ if #ARGV >= base + 1 then
           head = head or redis.call('ZRANGE', KEYS[3], '0', '0')[1] or ''
           if head == ARGV[i] then
             local ms
-            if free >= w then ms = pause_left(now_ms) else ms = earliest_ms(first_lease) end
+            if free >= w then ms = pause_left(KEYS, now_ms) else ms = earliest_ms(KEYS, first_lease) end
             if ms then r = -1 - ms end
           end
         end
@@ -107,6 +117,6 @@ end
 local at = next_keyexp(newest, maxttl, keyexp)
 if at then
   redis.call('HSET', KEYS[2], 'keyexp', at)
-  expire_keys(at)
+  expire_keys(KEYS, at)
 end
 return out

@@ -8,7 +8,13 @@ import (
 
 // Release runs release.lua once.
 func (s *Store) Release(ctx context.Context, k store.Keyspace, r store.ReleaseRequest) (store.ReleaseReply, error) {
-	args := append(evalArgs(releaseScript, k, 5), r.ID, r.Token, s.channel.get(r.Channel, box), flag(r.Wake), flag(r.Check))
+	args := append(evalArgs(releaseScript, k, 5),
+		r.ID,                          // id
+		r.Token,                       // token
+		s.channel.get(r.Channel, box), // own
+		flag(r.Wake),                  // wake
+		flag(r.Check),                 // check
+	)
 	cmd, _, _ := s.eval(ctx, releaseScript, k, store.ReplicaWait{}, args)
 	res, err := cmd.Result()
 	if err != nil {

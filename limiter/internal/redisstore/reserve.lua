@@ -1,16 +1,26 @@
--- KEYS[1] rate  STRING tat: µs (server clock), GCRA's theoretical arrival
+-- KEYS[1] rate: STRING tat: µs (server clock), GCRA's theoretical arrival
 --               time; past it the burst is whole again, and the key
 --               expires RATE_KEEP_US later (see there)
--- KEYS[2] pause STRING µs until which the name grants nothing (pause.lua;
+-- KEYS[2] pause: STRING µs until which the name grants nothing (pause.lua;
 --               it outlives the pause, whose end still paces the rate)
--- KEYS[3] fleet STRING "events per_ns burst": the rate SetRate stored
--- KEYS[4] moved STRING "tat_before tat_after now_us": a pause moved tat
+-- KEYS[3] fleet: STRING "events per_ns burst": the rate SetRate stored
+-- KEYS[4] moved: STRING "tat_before tat_after now_us": a pause moved tat
 --               (pause.lua); the next reservation undoes the move when it
 --               was not needed, and deletes it
--- ARGV: T, burst (the asking rate: T is its emission interval, per /
---       events, in µs, as a decimal that Go and Lua compute alike), n
---       (the event's cost), max_wait_us (-1: no bound), careful (1: see
---       below)
+-- ARGV[1] asked_interval_us: the asking rate's emission interval T (per /
+--         events, in µs, as a decimal that Go and Lua compute alike)
+-- ARGV[2] asked_burst: the asking rate's burst (a fleet rate overrides
+--         both)
+-- ARGV[3] n: the event's cost
+-- ARGV[4] max_wait_us: the longest wait to reserve (-1: no bound)
+-- ARGV[5] careful: 1 a name with no state takes its burst as spent
+--         until the server is surely older than a burst (see below)
+local asked_interval_us = ARGV[1]
+local asked_burst = ARGV[2]
+local n = ARGV[3] + 0
+local max_wait_us = ARGV[4]
+local careful = ARGV[5] == '1'
+
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
 -- from now, and unreserve.lua gives it back while tat is still next (1,
 -- not a table, when it goes now: nothing is left to give back, and a
@@ -30,9 +40,8 @@ if st[3] then
   local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
   T, burst = p / 1000 / e, b + 0
 else
-  T, burst = ARGV[1] + 0, ARGV[2] + 0
+  T, burst = asked_interval_us + 0, asked_burst + 0
 end
-local n = ARGV[3] + 0
 if n > burst then return {-1, burst} end
 local now = now_us()
 local tat = num(st[1])
@@ -44,11 +53,11 @@ if st[4] and tat then
   local before, after, at = string.match(st[4], '^(%d+) (%d+) (%d+)$')
   if after and tat == after + 0 and before - burst * T <= at + 0 then tat = before + 0 end
 end
-if not tat and ARGV[5] == '1' then
+if not tat and careful then
   -- No state: a name never used, used long ago, or forgotten by a restart.
   -- Events before the start can have moved tat to at most the start plus
   -- a burst: until then, take it that they did.
-  local start = started_by(burst * T)
+  local start = started_by(burst * T, KEYS[1])
   if start then tat = start + burst * T end
 end
 tat = max(tat or now, now)
@@ -60,7 +69,7 @@ tat = max(tat or now, now)
 local paused = num(st[2]) or 0
 tat = ceil(max(tat, paused + (burst - 1) * T))
 local wait = max(tat + (n - burst) * T - now, 0)
-local max_wait = ARGV[4] + 0
+local max_wait = max_wait_us + 0
 if max_wait >= 0 and wait > max_wait then
   return {0, ceil(wait), paused > now and 1 or 0}
 end

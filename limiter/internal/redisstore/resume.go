@@ -8,7 +8,13 @@ import (
 
 // Resume runs resume.lua once: the handover of a held lease to r.Owner.
 func (s *Store) Resume(ctx context.Context, k store.Keyspace, r store.ResumeRequest) (store.AcquireReply, error) {
-	args := append(evalArgs(resumeScript, k, 5), r.ID, r.Token, r.TTL.Milliseconds(), r.Owner, r.Proposed)
+	args := append(evalArgs(resumeScript, k, 5),
+		r.ID,                 // id
+		r.Token,              // token
+		r.TTL.Milliseconds(), // ttl_ms
+		r.Owner,              // owner
+		r.Proposed,           // proposed
+	)
 	cmd, acked, waitErr := s.eval(ctx, resumeScript, k, r.Replicas, args)
 	v, err := cmd.Result()
 	if err != nil {

@@ -112,16 +112,17 @@ type libraryFunction struct {
 func newLibrary(fns ...libraryFunction) string {
 	const placeholder = "@LIBRARY@"
 	var b strings.Builder
-	// The prelude's helpers read KEYS and ARGV, globals in a script and the
-	// library's locals here, set by each call; begin_call: what a script
-	// caches for one call (common.lua) would outlive it in a library.
-	b.WriteString("local KEYS, ARGV\n" + commonLua)
+	// Each body reads KEYS and ARGV, globals in a script and its callback's
+	// parameters here (the prelude's helpers read neither: they take what
+	// they touch); begin_call: what a script caches for one call
+	// (common.lua) would outlive it in a library.
+	b.WriteString(commonLua)
 	for _, f := range fns {
 		flags := ""
 		if f.flag != "" {
 			flags = "'" + f.flag + "'"
 		}
-		fmt.Fprintf(&b, "redis.register_function{function_name = '%s_%s', flags = {%s}, callback = function(keys, args)\nKEYS, ARGV = keys, args\nbegin_call()\n%s\nend}\n",
+		fmt.Fprintf(&b, "redis.register_function{function_name = '%s_%s', flags = {%s}, callback = function(KEYS, ARGV)\nbegin_call()\n%s\nend}\n",
 			placeholder, f.name, flags, f.sc.body)
 	}
 	sum := sha1.Sum([]byte(b.String()))

@@ -13,7 +13,11 @@ import (
 
 // SetLimit runs setlimit.lua once.
 func (s *Store) SetLimit(ctx context.Context, k store.Keyspace, n int64, channel string, ttl time.Duration) ([]string, error) {
-	v, err := s.run(ctx, setLimitScript, k, n, channel, ttl.Milliseconds()).Slice()
+	v, err := s.run(ctx, setLimitScript, k,
+		n,                  // n
+		channel,            // own
+		ttl.Milliseconds(), // ttl_ms
+	).Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,10 @@ import (
 // agreed on, over the grant this node made with own. It reports whether
 // the lease took it.
 func (s *Store) SetToken(ctx context.Context, k store.Keyspace, id, token, own string) (bool, error) {
-	n, err := s.run(ctx, setTokenScript, k, id, token, own).Int64()
+	n, err := s.run(ctx, setTokenScript, k,
+		id,    // id
+		token, // token
+		own,   // granted
+	).Int64()
 	return n == 1, err
 }

@@ -10,7 +10,9 @@ import (
 
 // Waiters runs waiters.lua once.
 func (s *Store) Waiters(ctx context.Context, k store.Keyspace, max int) ([]store.Waiter, error) {
-	v, err := s.run(ctx, waitersScript, k, max).Slice()
+	v, err := s.run(ctx, waitersScript, k,
+		max, // max_n
+	).Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,15 @@
+-- KEYS[1] leases: the semaphore's leases (ZSET; see common.lua)
+-- KEYS[2] state: its records and counters (HASH; see common.lua)
+-- KEYS[3] queue: its waiters in order (ZSET; see common.lua)
+-- KEYS[4] pause: the name's pause (STRING; see common.lua)
+-- ARGV[1] max_n: how many waiters to list at most
+local max_n = tonumber(ARGV[1])
+
 -- Read-only. Returns {wait id, weight, ms until its entry expires unless
 -- kept alive, the limit of the Semaphore it waits on, ...} for the live
--- queued waiters in queue order, at most ARGV[1] of them.
+-- queued waiters in queue order, at most max_n of them.
 local now_ms = clock_ms()
-local ids = redis.call('ZRANGE', KEYS[3], '0', fmt(tonumber(ARGV[1]) - 1))
+local ids = redis.call('ZRANGE', KEYS[3], '0', fmt(max_n - 1))
 local out = {}
 if #ids == 0 then return out end
 local fields = {}
