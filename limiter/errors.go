@@ -98,11 +98,13 @@ func (e *ReplicationError) Error() string {
 	return msg
 }
 
-// Is makes errors.Is(err, ErrNotReplicated) true.
-func (e *ReplicationError) Is(target error) bool { return target == ErrNotReplicated }
-
-// Unwrap returns Err.
-func (e *ReplicationError) Unwrap() error { return e.Err }
+// Unwrap returns ErrNotReplicated, and Err when WAIT itself failed.
+func (e *ReplicationError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrNotReplicated}
+	}
+	return []error{ErrNotReplicated, e.Err}
+}
 
 // ArgumentError names the constructor argument, option or ticket field that
 // is wrong and why. errors.Is(err, ErrInvalidArgument) is true for it.
@@ -222,8 +224,12 @@ type QuorumError struct {
 // Error names the nodes that were full and those that failed, with why.
 func (e *QuorumError) Error() string { return (*quorum.Error)(e).Error() }
 
-// Unwrap returns the failed nodes' errors, ordered by address.
-func (e *QuorumError) Unwrap() []error { return (*quorum.Error)(e).Unwrap() }
-
-// Is matches ErrBusy when any node was full.
-func (e *QuorumError) Is(target error) bool { return target == ErrBusy && len(e.Busy) > 0 }
+// Unwrap returns ErrBusy when any node was full, then the failed nodes'
+// errors, ordered by address.
+func (e *QuorumError) Unwrap() []error {
+	errs := (*quorum.Error)(e).Unwrap()
+	if len(e.Busy) > 0 {
+		errs = append([]error{ErrBusy}, errs...)
+	}
+	return errs
+}
