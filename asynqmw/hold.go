@@ -190,12 +190,19 @@ func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore
 	}
 	// A release between the try and the park put back nobody: try once
 	// more, now that the next release sees this task.
-	if lease, err := sem.TryAcquire(wait, opts...); !errors.Is(err, limiter.ErrBusy) {
+	lease, err = sem.TryAcquire(wait, opts...)
+	var again *limiter.BusyError
+	if !errors.As(err, &again) || again.Paused || again.Restarted {
+		// Granted, failed, or a pause or quarantine (no release ends it)
+		// began: not parked after all.
 		m.parking.unlist(g.name, entry)
-		if err != nil {
-			return nil, true, m.failed(ctx, g, err)
+		switch {
+		case err == nil:
+			return lease, true, nil
+		case again != nil:
+			return nil, false, nil
 		}
-		return lease, true, nil
+		return nil, true, m.failed(ctx, g, err)
 	}
 	m.opts.metrics.requeued(g.r.Name)
 	return nil, true, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
@@ -217,6 +224,7 @@ func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
 			return false
 		}
 		_ = lease.Release(context.WithoutCancel(ctx)) // bounded by ReleaseTimeout
+		m.released(g) // a task that parked on it meanwhile hears of it
 	}
 	return true
 }
@@ -268,9 +276,11 @@ func (m *middleware) runUnder(ctx context.Context, t *asynq.Task, hs []held, nex
 // when fn returns or panics (asynq recovers the panic), unless it was
 // lost, and returns what fn returned: a loss is counted and logged, a
 // failed release logged, and neither turns fn's success into a failure.
-// A failure after a loss (the handler's context ended with it: a Redis
-// restarted empty, a forced release) is the fleet's, not the task's: the
-// task is re-queued as busy, after about the TTL (a restart's quarantine).
+// A failure that the loss caused (the handler returned its context's
+// end, or the loss itself: a Redis restarted empty, a forced release) is
+// the fleet's, not the task's: the task is re-queued as busy, after
+// about the TTL (a restart's quarantine), within MaxGated. A failure of
+// the handler's own is returned as it is.
 func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Lease, g gate, fn func(context.Context) error) (out error) {
 	rule := g.r.Name
 	defer func() { // also when the handler panicked
@@ -280,9 +290,9 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Leas
 		}
 		m.opts.metrics.lost(rule)
 		m.opts.logger.Warn("asynqmw: lease lost while the handler ran", "task", t.Type(), "id", lease.ID(), "err", lost)
-		if out != nil && !errors.Is(out, limiter.ErrBusy) {
+		if cutShort(out) {
 			m.opts.metrics.requeued(rule)
-			out = &BusyError{Semaphore: g.name, RetryIn: later(g.r.TTL), Err: out}
+			out = &BusyError{Semaphore: g.name, RetryIn: later(g.r.TTL), Err: fmt.Errorf("%w (%w)", out, lost)}
 		}
 	}()
 	m.opts.metrics.runs(rule, 1)
@@ -296,6 +306,14 @@ func (m *middleware) run(ctx context.Context, t *asynq.Task, lease *limiter.Leas
 		m.opts.logger.Warn("asynqmw: release failed", "task", t.Type(), "id", lease.ID(), "err", err)
 	}
 	return out
+}
+
+// cutShort reports whether a handler's error is what the end of its
+// context made of it (or the loss of its lease), not a failure of its
+// own.
+func cutShort(err error) bool {
+	return err != nil && !errors.Is(err, limiter.ErrBusy) &&
+		(errors.Is(err, limiter.ErrLeaseLost) || errors.Is(err, context.Canceled))
 }
 
 // timedOut is the *BusyError of a task whose wait ran out at gate g: it

@@ -280,7 +280,9 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 			out = m.pause(ctx, t, gs, pe)
 		}
 		var busy *BusyError
-		if (!ran || pe != nil) && errors.As(out, &busy) && m.opts.inspector != nil {
+		// MaxGated counts every re-queue of a task that did not run to
+		// its end: gated, paused, or cut short by a lost lease.
+		if (!ran || pe != nil || errors.Is(out, limiter.ErrLeaseLost)) && errors.As(out, &busy) && m.opts.inspector != nil {
 			busy.Since = since()
 			busy.Exceeded = time.Since(busy.Since) > m.opts.maxGated
 		}

@@ -293,6 +293,29 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 // a Redis restarted empty forgets them) is re-queued as busy, for about
 // the rule's TTL: the loss is the fleet's, not the task's failure.
 func TestLostLeaseRequeuesTheTask(t *testing.T) {
+	err := runUntilLeaseLost(t, func(ctx context.Context) error { return ctx.Err() })
+	var be *asynqmw.BusyError
+	if !errors.As(err, &be) || be.RetryIn < time.Second || be.RetryIn > 1500*time.Millisecond {
+		t.Fatalf("handler cut short by a lost lease returned %v, want a *BusyError re-queueing it after about the TTL", err)
+	}
+	if asynqmw.IsFailure(nil)(err) {
+		t.Errorf("IsFailure(%v) = true: a lost lease spends the task's retry", err)
+	}
+}
+
+// A failure of the handler's own is its own, lease lost or not.
+func TestOwnFailureAfterALostLeaseStays(t *testing.T) {
+	own := errors.New("payload invalid")
+	err := runUntilLeaseLost(t, func(ctx context.Context) error { return own })
+	if !errors.Is(err, own) || errors.Is(err, limiter.ErrBusy) {
+		t.Fatalf("got %v, want the handler's own error, not busy", err)
+	}
+}
+
+// runUntilLeaseLost runs a task whose handler waits until its lease is
+// lost (its keys deleted) and then returns what end returns; it returns
+// what the gated handler returned.
+func runUntilLeaseLost(t *testing.T, end func(ctx context.Context) error) error {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	mw, err := asynqmw.New(redistest.Limiter(t, rdb), []asynqmw.Rule{{Name: "slow", Type: "slow", Limit: 1, TTL: time.Second}})
@@ -307,7 +330,7 @@ func TestLostLeaseRequeuesTheTask(t *testing.T) {
 		default:
 		}
 		<-ctx.Done()
-		return ctx.Err()
+		return end(ctx)
 	}))
 	startServer(t, srv.Addr(), 1, nil, asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		err := gated.ProcessTask(ctx, task)
@@ -323,18 +346,12 @@ func TestLostLeaseRequeuesTheTask(t *testing.T) {
 	<-started
 	keys, _ := rdb.Keys(context.Background(), limiter.DefaultPrefix+"*").Result()
 	rdb.Del(context.Background(), keys...)
-	var err2 error
 	select {
-	case err2 = <-returned:
+	case err := <-returned:
+		return err
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler did not return after its lease was deleted")
-	}
-	var be *asynqmw.BusyError
-	if !errors.As(err2, &be) || be.RetryIn < time.Second || be.RetryIn > 1500*time.Millisecond {
-		t.Fatalf("handler cut short by a lost lease returned %v, want a *BusyError re-queueing it after about the TTL", err2)
-	}
-	if asynqmw.IsFailure(nil)(err2) {
-		t.Errorf("IsFailure(%v) = true: a lost lease spends the task's retry", err2)
+		return nil
 	}
 }
 

@@ -115,11 +115,11 @@ func (p *parking) runTask(ctx context.Context, entry string) bool {
 	id, at, _ := strings.Cut(rest, "\x00")
 	ms, _ := strconv.ParseInt(at, 10, 64)
 	for range unparkTries {
-		err := p.insp.RunTask(q, id)
+		err := p.runParked(q, id)
 		switch {
 		case err == nil:
 			return true
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound), errors.Is(err, errNotParked):
 			return false
 		case time.Since(time.UnixMilli(ms)) > unparkTries*unparkEvery:
 			return false // pending or running long after its park: it came back by itself
@@ -131,4 +131,29 @@ func (p *parking) runTask(ctx context.Context, entry string) bool {
 		}
 	}
 	return false
+}
+
+// errNotParked: the task is not waiting in asynq's retry set because it
+// parked (it came back by itself, ran, completed, failed or was
+// archived): an entry left behind, which must not run it again.
+var errNotParked = errors.New("asynqmw: task not parked")
+
+var errStillActive = errors.New("asynqmw: parked task still active")
+
+// runParked moves the task to its queue's pending list if asynq holds it
+// for a retry because it parked (asynq's RunTask alone would run a
+// completed or archived task again). errStillActive: its handler has not
+// yet returned the park; try again.
+func (p *parking) runParked(q, id string) error {
+	info, err := p.insp.GetTaskInfo(q, id)
+	if err != nil {
+		return err
+	}
+	switch {
+	case info.State == asynq.TaskStateActive:
+		return errStillActive
+	case info.State != asynq.TaskStateRetry || !strings.Contains(info.LastErr, parkedText):
+		return errNotParked
+	}
+	return p.insp.RunTask(q, id)
 }

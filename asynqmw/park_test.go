@@ -91,3 +91,43 @@ func TestParkedKeyFreesTheHandler(t *testing.T) {
 		}
 	}
 }
+
+// An entry left in a park list for a task that is no longer parked (it
+// came back by itself and completed) is dropped by the release that
+// finds it: the completed task does not run again.
+func TestStaleParkEntryDoesNotRerun(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	mw, err := asynqmw.New(redistest.Limiter(t, rdb), parkRules, asynqmw.Park(rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan string, 10)
+	startServer(t, srv.Addr(), 2, nil, mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		runs <- id
+		return nil
+	})))
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	payload := []byte(`{"Customer":"A"}`)
+	first := enqueue(t, client, asynq.NewTask("t", payload))
+	if id := <-runs; id != first.ID {
+		t.Fatalf("ran %s, want %s", id, first.ID)
+	}
+	redistest.Eventually(t, 5*time.Second, "the first task completed", func() bool {
+		info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(first.Queue, first.ID)
+		return err == nil && info.State == asynq.TaskStateCompleted
+	})
+	stale := first.Queue + "\x00" + first.ID + "\x00" + strconv.FormatInt(time.Now().UnixMilli(), 10)
+	rdb.RPush(context.Background(), "redsem:park:{park-customer:A}", stale)
+	second := enqueue(t, client, asynq.NewTask("t", payload)) // its release finds the entry
+	if id := <-runs; id != second.ID {
+		t.Fatalf("ran %s, want %s", id, second.ID)
+	}
+	select {
+	case id := <-runs:
+		t.Fatalf("task %s ran again (the first was %s)", id, first.ID)
+	case <-time.After(time.Second):
+	}
+}

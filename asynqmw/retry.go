@@ -63,7 +63,7 @@ func (e *BusyError) Error() string {
 	case e.Paused:
 		what = "paused"
 	case e.Parked:
-		what = "busy (parked until a release)"
+		what = parkedText
 	}
 	msg := fmt.Sprintf("asynqmw: %s is %s; retry in %v", e.Semaphore, what, e.RetryIn.Round(time.Millisecond))
 	if e.Exceeded {
@@ -77,6 +77,10 @@ func (e *BusyError) Error() string {
 	}
 	return msg
 }
+
+// parkedText marks a parked task's error, which asynq keeps as its
+// LastErr: an unpark runs only a task that it marks.
+const parkedText = "busy (parked until a release)"
 
 // parseSince reads Since back from a BusyError's text.
 func parseSince(lastErr string) (time.Time, bool) {
