@@ -109,10 +109,11 @@
 // panics, whatever it returns, even when asynq has given up on it at a
 // deadline or shutdown. If a lease is lost, the handler's context is
 // cancelled with cause limiter.ErrLeaseLost and the loss is counted and
-// logged; the task returns what the handler returns, but a failure after
-// a loss (or a permit lost while the task waited for its next one: a
-// Redis restarted empty forgets them) is the fleet's, not the task's: a
-// *BusyError that re-queues it after about the rule's TTL.
+// logged; the task returns what the handler returns, but a failure the
+// loss caused (the handler returned its context's end), or a permit lost
+// while the task waited for its next one (a Redis restarted empty
+// forgets them), is the fleet's, not the task's: a *BusyError that
+// re-queues it after about the rule's TTL, within MaxGated.
 // limiter.LeaseFrom(ctx) gives the handler its (last) lease, e.g. for its
 // fencing token.
 //

@@ -224,7 +224,7 @@ func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
 			return false
 		}
 		_ = lease.Release(context.WithoutCancel(ctx)) // bounded by ReleaseTimeout
-		m.released(g) // a task that parked on it meanwhile hears of it
+		m.released(g)                                 // a task that parked on it meanwhile hears of it
 	}
 	return true
 }

@@ -162,7 +162,9 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // when asynq has given up on it; a failed release is logged and the permit
 // comes back at the rule's TTL. The task returns what the handler
 // returned: neither a lost lease nor a failed release turns a handler's
-// success into a failure. A *PauseError the handler returns pauses its
+// success into a failure, and a failure that a lost lease caused (the
+// handler returned its context's end) is a *BusyError, re-queued after
+// about the rule's TTL. A *PauseError the handler returns pauses its
 // rules and becomes a *BusyError (see PauseError). A task whose wait
 // for a permit runs out while its rule is paused (limiter.Inspector.Pause
 // holds semaphores too) comes back at the pause's end: its *BusyError has
