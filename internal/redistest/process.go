@@ -131,7 +131,7 @@ func launch(port int, dir string, head, extra []string, conf *tls.Config) (*proc
 	if err := waitReady(p, addrOf(port), conf); err != nil {
 		_ = p.kill()
 		tail := logTail(logPath, logStart)
-		if strings.Contains(tail, "Address already in use") {
+		if strings.Contains(tail, "Address already in use") || errors.Is(err, errAddrInUse) {
 			return nil, fmt.Errorf("%w: port %d: %v", errAddrInUse, port, err)
 		}
 		kind := "redis-server"
@@ -154,7 +154,7 @@ func waitReady(p *process, addr string, conf *tls.Config) error {
 		}
 		reply, err := command(addr, conf, 250*time.Millisecond, "PING")
 		if err == nil && reply == "PONG" {
-			return nil
+			return isOurs(p, addr, conf)
 		}
 		if err == nil {
 			err = fmt.Errorf("unexpected PING reply %q", reply)
@@ -165,6 +165,22 @@ func waitReady(p *process, addr string, conf *tls.Config) error {
 		}
 		time.Sleep(pollInterval)
 	}
+}
+
+// isOurs checks that the server answering on addr is p: between
+// freePort and the launch, another test's server (another package runs
+// at the same time) may have taken the port, answered the PING, and
+// left p to fail with "Address already in use".
+func isOurs(p *process, addr string, conf *tls.Config) error {
+	info, err := command(addr, conf, time.Second, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(p.cmd.Process.Pid) + "\r\n"
+	if !strings.Contains(info, want) {
+		return fmt.Errorf("%w: another server answers on %s", errAddrInUse, addr)
+	}
+	return nil
 }
 
 // logTail returns the last few KiB of the server log written after offset
