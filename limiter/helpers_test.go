@@ -226,3 +226,30 @@ func tryCycle(t testing.TB, ctx context.Context, mu *limiter.Semaphore) {
 		t.Fatal(err)
 	}
 }
+
+// ringOfTwo starts two servers and returns a maker of Rings over them
+// (each closed when the test ends) and, per shard address, a name
+// (prefix and a number) whose suffix key lives on that shard.
+func ringOfTwo(t *testing.T, prefix, suffix string) (ring func() *redis.Ring, shards map[string]string) {
+	t.Helper()
+	addrs := map[string]string{}
+	for _, s := range []string{"a", "b"} {
+		addrs[s] = redistest.StartServer(t).Addr()
+	}
+	ring = func() *redis.Ring {
+		r := redis.NewRing(&redis.RingOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	r := ring()
+	shards = map[string]string{} // shard address -> a name on it
+	for i := 0; len(shards) < 2 && i < 100; i++ {
+		name := fmt.Sprint(prefix, i)
+		c, err := r.GetShardClientForKey(keyOf(name, suffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		shards[c.Options().Addr] = name
+	}
+	return ring, shards
+}

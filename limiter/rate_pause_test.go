@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -192,25 +191,8 @@ func TestPausedReservationPastTheBoundIsBusy(t *testing.T) {
 // subscription, so a Client hears the pauses of names on every shard.
 func TestRingPauseMovesHeldReservations(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	addrs := map[string]string{}
-	for _, s := range []string{"a", "b"} {
-		addrs[s] = redistest.StartServer(t).Addr()
-	}
-	ring := func() *redis.Ring {
-		r := redis.NewRing(&redis.RingOptions{Addrs: addrs})
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
+	ring, shards := ringOfTwo(t, "ring-pause-", "rate")
 	r := ring()
-	shards := map[string]string{} // shard address -> a name on it
-	for i := 0; len(shards) < 2 && i < 100; i++ {
-		name := fmt.Sprint("ring-pause-", i)
-		c, err := r.GetShardClientForKey(keyOf(name, "rate"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		shards[c.Options().Addr] = name
-	}
 	holder, pauser := clientFor(t, r, limiter.RestartQuarantine(0)), clientFor(t, ring())
 	for _, name := range shards {
 		rl, err := holder.RateLimit(name, limiter.Rate{Events: 10, Per: time.Second, Burst: 1})

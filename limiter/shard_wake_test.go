@@ -269,25 +269,7 @@ func TestClusterWakesAfterSlotMigration(t *testing.T) {
 // shard, heard only that shard's).
 func TestRingWakesEveryShardPromptly(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	addrs := map[string]string{}
-	for _, s := range []string{"a", "b"} {
-		addrs[s] = redistest.StartServer(t).Addr()
-	}
-	ring := func() *redis.Ring {
-		r := redis.NewRing(&redis.RingOptions{Addrs: addrs})
-		t.Cleanup(func() { _ = r.Close() })
-		return r
-	}
-	r := ring()
-	shards := map[string]string{} // shard address -> a name on it
-	for i := 0; len(shards) < 2 && i < 100; i++ {
-		name := fmt.Sprint("ring-wake-", i)
-		c, err := r.GetShardClientForKey(keyOf(name, "leases"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		shards[c.Options().Addr] = name
-	}
+	ring, shards := ringOfTwo(t, "ring-wake-", "leases")
 	holder, waiter := clientFor(t, ring()), clientFor(t, ring())
 	for _, name := range shards {
 		if d := wakeLatency(t, ctx, holder, waiter, name); d > promptWake {
