@@ -44,6 +44,6 @@
 // check found an error); 2 a usage error. Errors go to standard error.
 //
 // docs/cli.md is the operator's guide to every command, with examples;
-// docs/design.md (cmd/redsem) has the details of the output, -json,
+// docs/cli.md ("Reference") has the details of the output, -json,
 // watch, rate and pause arguments, and each doctor check.
 package main
