@@ -56,9 +56,6 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 // ScriptCall: see redisstore.ScriptCall.
 func ScriptCall(name string, args []any) ([]any, bool) { return redisstore.ScriptCall(name, args) }
 
-// OtherVersionLibrary: see redisstore.OtherVersionLibrary.
-func OtherVersionLibrary() string { return redisstore.OtherVersionLibrary() }
-
 // Holders, Waiters, Available and FleetLimit read a Semaphore
 // through its Client's Inspector: the tests' shorthand.
 func Holders(ctx context.Context, s *Semaphore) ([]Holder, error) {

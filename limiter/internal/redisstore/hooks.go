@@ -26,18 +26,3 @@ func ScriptCall(name string, args []any) (argv []any, ok bool) {
 	}
 	return args[3+keys:], true
 }
-
-// OtherVersionLibrary is the function library a version whose release
-// script differs from this one's would load.
-func OtherVersionLibrary() string {
-	var fns []libraryFunction
-	for _, f := range libraryFunctions {
-		sc := *f.sc
-		if f.name == "release" {
-			sc.body += "\n-- another version\n"
-		}
-		f.sc = &sc
-		fns = append(fns, f)
-	}
-	return newLibrary(fns...)
-}
