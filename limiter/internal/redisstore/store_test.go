@@ -45,7 +45,7 @@ func request(k store.Keyspace, id, wait string) store.AcquireRequest {
 
 // mustAcquire runs one acquire and fails the test on an error or on a
 // grant other than want.
-func mustAcquire(t testing.TB, ctx context.Context, s *redisstore.Store, k store.Keyspace, r store.AcquireRequest, want bool) store.AcquireReply {
+func mustAcquire(t testing.TB, ctx context.Context, s store.Store, k store.Keyspace, r store.AcquireRequest, want bool) store.AcquireReply {
 	t.Helper()
 	rep, err := s.Acquire(ctx, k, r)
 	if err != nil {
@@ -58,7 +58,7 @@ func mustAcquire(t testing.TB, ctx context.Context, s *redisstore.Store, k store
 }
 
 // mustRelease releases id's lease of token and fails unless it freed it.
-func mustRelease(t testing.TB, ctx context.Context, s *redisstore.Store, k store.Keyspace, id, token string) {
+func mustRelease(t testing.TB, ctx context.Context, s store.Store, k store.Keyspace, id, token string) {
 	t.Helper()
 	rep, err := s.Release(ctx, k, store.ReleaseRequest{ID: id, Token: token, Channel: channel, Wake: true})
 	if err != nil || rep.Freed == 0 {
