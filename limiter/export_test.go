@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/quorum"
-	"github.com/redsem/redsem/limiter/internal/redisstore"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -52,12 +51,6 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 	_, err := s.c.st.Leave(ctx, s.keys, wait, s.c.channel)
 	return err
 }
-
-// ScriptCall: see redisstore.ScriptCall.
-func ScriptCall(name string, args []any) ([]any, bool) { return redisstore.ScriptCall(name, args) }
-
-// OtherVersionLibrary: see redisstore.OtherVersionLibrary.
-func OtherVersionLibrary() string { return redisstore.OtherVersionLibrary() }
 
 // Holders, Waiters, Available and FleetLimit read a Semaphore
 // through its Client's Inspector: the tests' shorthand.

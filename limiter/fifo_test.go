@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/scriptcall"
 )
 
 // A release with many waiters in several Clients wakes one of them: one
@@ -164,7 +165,7 @@ func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		// ARGV[8] is the wait id.
-		if argv, ok := limiter.ScriptCall("acquire", cmd.Args()); ok && argv[7] != "" && h.armed.CompareAndSwap(true, false) {
+		if argv, ok := scriptcall.Args("acquire", cmd.Args()); ok && argv[7] != "" && h.armed.CompareAndSwap(true, false) {
 			_ = next(ctx, cmd)
 			cmd.SetErr(errors.New("reply lost"))
 			return cmd.Err()

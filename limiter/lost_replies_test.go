@@ -71,37 +71,6 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acqui
 	}
 }
 
-// A retry that takes its own lease back after a lost reply leaves the
-// queue it joined meanwhile: a stale entry would keep the room of those
-// behind (here TryAcquire, which never jumps a queue) until it expires.
-func TestReclaimLeavesTheQueue(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		ctx := ctxT(t, 10*time.Second)
-		sem, _ := newSemaphore(t, b.client(t), uniqueName(b, "reclaim"), 1, limiter.TTL(30*time.Second))
-		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "", false); !ok || err != nil {
-			t.Fatalf("first grant (its reply taken as lost): %v %v", ok, err)
-		}
-		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "w1", false); ok || err != nil {
-			t.Fatalf("a retry that may not reclaim must queue: %v %v", ok, err)
-		}
-		if ok, err := limiter.AcquireOnce(ctx, sem, "x", "w1", true); !ok || err != nil {
-			t.Fatalf("reclaim: %v %v", ok, err)
-		}
-		hs, err := limiter.Holders(ctx, sem)
-		if err != nil || len(hs) != 1 {
-			t.Fatalf("holders %v %v", hs, err)
-		}
-		if err := sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: "x", Weight: 1, Token: hs[0].Token}); err != nil {
-			t.Fatal(err)
-		}
-		l, err := sem.TryAcquire(ctx)
-		if err != nil {
-			t.Fatalf("free semaphore after the reclaimed lease's release: %v (its queue entry left behind?)", err)
-		}
-		_ = l.Release(ctx)
-	})
-}
-
 // A retry's reclaim returns only the lease a lost reply was about, never
 // one that a Lease of this Client stood for: here the Lease ran out its
 // local deadline (Redis keeps it for the drift allowance longer) after a

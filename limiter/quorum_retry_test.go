@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/scriptcall"
 )
 
 // flakyNode makes a node fail the next acquire (a node error) and delays
@@ -30,11 +31,11 @@ func (h *flakyNode) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *flakyNode) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if _, ok := limiter.ScriptCall("acquire", args); ok && h.failAcquires.Add(-1) >= 0 {
+		if _, ok := scriptcall.Args("acquire", args); ok && h.failAcquires.Add(-1) >= 0 {
 			cmd.SetErr(errors.New("injected node failure"))
 			return cmd.Err()
 		}
-		if argv, ok := limiter.ScriptCall("release", args); ok && argv[1] == "" { // any token
+		if argv, ok := scriptcall.Args("release", args); ok && argv[1] == "" { // any token
 			// Sent, but it reaches the node late; the caller hears
 			// nothing (its node timeout).
 			go func() {

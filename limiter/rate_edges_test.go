@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/scriptcall"
 )
 
 // A pause shorter than a microsecond is a pause of one, never a lift: an
@@ -116,7 +117,7 @@ func (*acquireCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 func (h *acquireCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if _, ok := limiter.ScriptCall("acquire", cmd.Args()); ok {
+		if _, ok := scriptcall.Args("acquire", cmd.Args()); ok {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/scriptcall"
 )
 
 // slowAcquire answers each acquire late while on (a node under load, or
@@ -26,7 +27,7 @@ func (h slowAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 func (h slowAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if _, ok := limiter.ScriptCall("acquire", cmd.Args()); ok && h.on.Load() {
+		if _, ok := scriptcall.Args("acquire", cmd.Args()); ok && h.on.Load() {
 			time.Sleep(h.delay)
 		}
 		return next(ctx, cmd)
@@ -47,7 +48,7 @@ func (h regainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 func (h regainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if argv, ok := limiter.ScriptCall("acquire", cmd.Args()); ok {
+		if argv, ok := scriptcall.Args("acquire", cmd.Args()); ok {
 			if len(argv) >= 14 && argv[13] == "1" && h.seen != nil {
 				select {
 				case h.seen <- struct{}{}:
@@ -226,7 +227,7 @@ func (failSetToken) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 func (h failSetToken) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if _, ok := limiter.ScriptCall("settoken", cmd.Args()); ok {
+		if _, ok := scriptcall.Args("settoken", cmd.Args()); ok {
 			h.failed.Add(1)
 			cmd.SetErr(errors.New("injected write-back failure"))
 			return cmd.Err()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,39 +44,46 @@ func TestClusterWakeStaysInItsShard(t *testing.T) {
 	}
 }
 
-// REDSEM_MEASURE_WAKES=1 prints what a contended run on the 3-master
+// BenchmarkClusterWakeCost measures what a contended run on the 3-master
 // Cluster costs Redis per acquisition: CPU summed over the masters, and
 // cluster-bus messages; then, for a run on one name, the CPU of the two
 // masters that do not serve it, which only wake-ups sent over the bus
-// cost anything.
-func TestMeasureClusterWakeCost(t *testing.T) {
-	if os.Getenv("REDSEM_MEASURE_WAKES") == "" {
-		t.Skip("set REDSEM_MEASURE_WAKES=1 to measure")
-	}
-	ctx := ctxT(t, 300*time.Second)
-	cl := redistest.StartCluster(t, 3)
-	cc := cl.Client(t)
-	names := namesInEveryShard(t, ctx, cc)
-	contendAcrossShards(t, ctx, cc, cl.Client(t), names, 2, 5) // scripts loaded, connections made
+// cost anything. It was a test that only logged (issue 31): as a
+// benchmark it reports metrics and never runs under make test.
+func BenchmarkClusterWakeCost(b *testing.B) {
+	ctx := ctxT(b, 300*time.Second)
+	cl := redistest.StartCluster(b, 3)
+	cc := cl.Client(b)
+	names := namesInEveryShard(b, ctx, cc)
+	contendAcrossShards(b, ctx, cc, cl.Client(b), names, 2, 5) // scripts loaded, connections made
 	for _, run := range []struct {
 		what  string
 		names []string
-	}{{"3 names, one per shard", names}, {"1 name", names[:1]}} {
-		cl.ResetStats(t)
-		before := busStats(t, ctx, cc)
-		n := contendAcrossShards(t, ctx, cc, cl.Client(t), run.names, 8, 200)
-		d := busStats(t, ctx, cc).minus(before)
-		calls := cl.CommandCalls(t)
-		per := func(v float64) float64 { return v / float64(n) }
-		owner, err := cc.MasterForKey(ctx, keyOf(run.names[0], "leases"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s, %d acquisitions, per acquisition: Redis CPU %.1f µs (sum over masters; %.1f µs on the masters not serving %s), "+
-			"bus messages %.2f (%.2f publish), PUBLISH %.2f, SPUBLISH %.2f, SSUBSCRIBE+SUNSUBSCRIBE %.3f, scripts %.2f",
-			run.what, n, per(d.cpu*1e6), per((d.cpu-d.cpuOf[owner.Options().Addr])*1e6), run.names[0],
-			per(float64(d.sent)), per(float64(d.publish)), per(float64(calls["publish"])),
-			per(float64(calls["spublish"])), per(float64(calls["ssubscribe"]+calls["sunsubscribe"])), per(float64(redistest.Scripts(calls))))
+	}{{"3-names", names}, {"1-name", names[:1]}} {
+		b.Run(run.what, func(b *testing.B) {
+			const perClient = 8
+			rounds := max(1, b.N/(2*len(run.names)*perClient))
+			cl.ResetStats(b)
+			before := busStats(b, ctx, cc)
+			b.ResetTimer()
+			n := contendAcrossShards(b, ctx, cc, cl.Client(b), run.names, perClient, rounds)
+			b.StopTimer()
+			d := busStats(b, ctx, cc).minus(before)
+			calls := cl.CommandCalls(b)
+			per := func(v float64) float64 { return v / float64(n) }
+			owner, err := cc.MasterForKey(ctx, keyOf(run.names[0], "leases"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(per(d.cpu*1e6), "redis-cpu-µs/acq")
+			b.ReportMetric(per((d.cpu-d.cpuOf[owner.Options().Addr])*1e6), "other-masters-cpu-µs/acq")
+			b.ReportMetric(per(float64(d.sent)), "bus-msgs/acq")
+			b.ReportMetric(per(float64(d.publish)), "bus-publish/acq")
+			b.ReportMetric(per(float64(calls["publish"])), "PUBLISH/acq")
+			b.ReportMetric(per(float64(calls["spublish"])), "SPUBLISH/acq")
+			b.ReportMetric(per(float64(calls["ssubscribe"]+calls["sunsubscribe"])), "SSUB+SUNSUB/acq")
+			b.ReportMetric(per(float64(redistest.Scripts(calls))), "scripts/acq")
+		})
 	}
 }
 

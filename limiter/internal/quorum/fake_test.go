@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter/internal/redisstore"
+	"github.com/redsem/redsem/limiter/internal/scriptcall"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -159,7 +160,7 @@ func op(args []any) (string, []any) {
 		return "ping", nil
 	}
 	for _, name := range []string{"acquire", "release", "settoken"} {
-		if argv, ok := redisstore.ScriptCall(name, args); ok {
+		if argv, ok := scriptcall.Args(name, args); ok {
 			return name, argv
 		}
 	}
