@@ -71,7 +71,9 @@ func (c *Client) checkEviction(ctx context.Context) error {
 	switch {
 	case found != "":
 		if c.cfg.allowEviction {
-			c.cfg.logger.Error("redsem: Redis may evict the semaphore keys, and with them the holders: more than the limit could then hold permits; set maxmemory-policy noeviction", "found", found)
+			// An evicted key forgets its holders: more than the limit could
+			// then hold permits.
+			c.cfg.logger.Error("redsem: Redis may evict semaphore keys", "found", found, "fix", "maxmemory-policy noeviction")
 		} else {
 			e.err = fmt.Errorf("%w: %s; set maxmemory-policy noeviction (or AllowEviction)", ErrEvictingRedis, found)
 		}

@@ -31,6 +31,8 @@ func (c *Client) quarantined(left time.Duration) {
 	if seen {
 		return
 	}
-	c.cfg.logger.Info("redsem: Redis started less than the RestartQuarantine ago and grants nothing on names it has no state for: it may have forgotten leases still in use; grants resume at the time given (a server nobody used before can skip this: limiter.RestartQuarantine(0))",
+	// It may have forgotten leases still in use; a server nobody used
+	// before can skip this with RestartQuarantine(0).
+	c.cfg.logger.Info("redsem: restart quarantine: no new grants on names without state",
 		"resume", end.Round(time.Millisecond), "in", left)
 }

@@ -34,7 +34,9 @@ func (s *Semaphore) confirm(op string, acked int, waitErr error) error {
 		if _, seen := s.c.fewReplicas.logged.LoadOrStore(re.Master, struct{}{}); seen {
 			return re
 		}
-		s.c.cfg.logger.Warn("redsem: a master has fewer connected replicas than WaitReplicas asks, so nothing on its names is granted or kept alive until one syncs (after a failover: until a replica follows the promoted master)",
+		// Nothing on its names is granted or kept alive until one syncs
+		// (after a failover: until a replica follows the promoted master).
+		s.c.cfg.logger.Warn("redsem: too few replicas for WaitReplicas",
 			"master", re.Master, "connected", re.Connected, "want", re.Want, "name", re.Name)
 	}
 	return re
