@@ -128,7 +128,7 @@ func TestFreshRedisFirstAcquireWaitsTheQuarantineOut(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(logs.String(), "RestartQuarantine(0)"); n != 1 {
+	if n := strings.Count(logs.String(), "restart quarantine"); n != 1 {
 		t.Fatalf("the quarantine was logged %d times, want once:\n%s", n, logs.String())
 	}
 }
