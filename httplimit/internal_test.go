@@ -15,7 +15,7 @@ import (
 func TestGateCacheEvictsIdle(t *testing.T) {
 	lc := redistest.Limiter(t, redistest.StartServer(t).Client(t))
 	s := newGates(lc, 2, limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, nil, nil)
-	s.idle = 100 * time.Millisecond
+	s.idle = 400 * time.Millisecond // with 150ms of slack either way below, for a loaded machine
 	a, err := s.get("a")
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +32,10 @@ func TestGateCacheEvictsIdle(t *testing.T) {
 	if n := s.len(); n != 2 {
 		t.Fatalf("%d cached, want 2", n)
 	}
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond)
 	s.get("a") // keeps a fresh
-	time.Sleep(60 * time.Millisecond)
-	if _, err := s.get("c"); err != nil { // sweeps: b idle > 100ms, a not
+	time.Sleep(250 * time.Millisecond)
+	if _, err := s.get("c"); err != nil { // sweeps: b idle > 400ms, a not
 		t.Fatal(err)
 	}
 	if n := s.len(); n != 2 {
