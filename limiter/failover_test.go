@@ -317,7 +317,7 @@ type warnCounter struct{ n atomic.Int64 }
 
 func (*warnCounter) Enabled(context.Context, slog.Level) bool { return true }
 func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "fewer connected replicas") {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "too few replicas") {
 		w.n.Add(1)
 	}
 	return nil
