@@ -31,10 +31,7 @@ func (l *Lease) StopRefresh() {
 		_ = l.Refresh(ctx)
 		cancel()
 	}
-	l.mu.Lock()
-	l.auto = false // its end at the TTL is expected, not a loss
-	l.mu.Unlock()
-	l.detach()
+	l.detach() // its end at the TTL is expected, not a loss
 }
 
 // detach lets go of the lease here while it lives on in Redis (StopRefresh,
@@ -42,7 +39,7 @@ func (l *Lease) StopRefresh() {
 // leaves it.
 func (l *Lease) detach() {
 	l.mu.Lock()
-	l.detached = true
+	l.keep = detached
 	l.mu.Unlock()
 	l.sem.c.refresher.remove(l)
 }
@@ -50,7 +47,7 @@ func (l *Lease) detach() {
 func (l *Lease) isDetached() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.detached
+	return l.keep == detached
 }
 
 // Park leaves the lease in Redis, held by no process, for ttl from now

@@ -49,10 +49,8 @@ type Lease struct {
 	// costs two allocations.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	auto   bool // kept alive by the refresher
-	// detached: StopRefresh or Park let go of it here while it lives on
-	// in Redis; Close leaves it there.
-	detached bool
+	// keep says who keeps it alive while err is nil.
+	keep keeping
 	// short: Redis keeps it for less than its TTL until a refresh (a
 	// release granted it directly: see takeGrant).
 	short    bool
@@ -61,6 +59,15 @@ type Lease struct {
 
 	refreshEntry entry // see refresher.addLease
 }
+
+// keeping is who keeps a live lease alive.
+type keeping uint8
+
+const (
+	byRefresher keeping = iota // the refresher, every RefreshInterval
+	byHolder                   // the holder alone, by Refresh (RefreshInterval 0): its end at the TTL is no loss
+	detached                   // nobody here: StopRefresh or Park let go of it while it lives on in Redis; Close leaves it
+)
 
 // errReplyLate: a grant's reply came after the lease's local deadline, so
 // the grant was given back unused. Acquire and TryAcquire try again (see
@@ -83,8 +90,12 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r sto
 	if !time.Now().Before(deadline) {
 		return nil, errReplyLate
 	}
+	keep := byRefresher
+	if s.cfg.refresh == 0 {
+		keep = byHolder
+	}
 	l := &Lease{sem: s, id: id, given: given, token: r.Token, weight: r.Weight, ttl: s.cfg.ttl, parent: parent,
-		auto: s.cfg.refresh > 0, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
+		keep: keep, deadline: deadline, acquired: sent, short: life < s.cfg.ttl}
 	if !s.c.ids.track(l) { // before the watchdog, whose end untracks it
 		return nil, ErrClosed
 	}
@@ -92,7 +103,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r sto
 	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
 	s.cfg.observer.Held(s.name, 1)
-	if l.auto {
+	if keep == byRefresher {
 		// A shorter life (a direct grant) is extended to the TTL by the first
 		// refresh, late enough that a short hold ends before it.
 		s.c.refresher.addLease(l, sent.Add(min(s.cfg.refresh, life*3/4)))
@@ -319,7 +330,7 @@ func (l *Lease) refreshItem() store.RefreshItem {
 func (l *Lease) givenUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.detached || errors.Is(l.err, errReleased)
+	return l.keep == detached || errors.Is(l.err, errReleased)
 }
 
 func (l *Lease) refreshFailed() { l.sem.cfg.observer.RefreshFailed(l.sem.name) }
@@ -344,16 +355,17 @@ func (l *Lease) refreshed(sent time.Time, held bool) {
 func (l *Lease) expire() {
 	l.mu.Lock()
 	pending := time.Until(l.deadline) > 0 // a refresh was confirmed meanwhile
-	auto := l.auto
+	keep := l.keep
 	l.mu.Unlock()
 	if pending {
 		return
 	}
 	reason := "no refresh confirmed within its TTL"
-	if !auto {
+	if keep != byRefresher {
 		reason = "its TTL elapsed without refresh"
 	}
-	l.end(fmt.Errorf("%w: %q lease %s: %s", ErrLeaseLost, l.sem.name, l.id, reason), auto)
+	// A loss only where this process kept it alive and failed to.
+	l.end(fmt.Errorf("%w: %q lease %s: %s", ErrLeaseLost, l.sem.name, l.id, reason), keep == byRefresher)
 }
 
 // endLive ends a lease that its holder gives up and reports whether it
