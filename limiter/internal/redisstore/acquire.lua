@@ -49,43 +49,6 @@ local exact = ARGV[14] == '1'
 -- end), {-1, weight held} when the id holds another weight, {-2,
 -- fleet limit} when the weight is above the fleet-wide limit.
 
--- Sums the weights of the live waiters queued ahead of wait (of every
--- waiter when wait is not queued): those permits are spoken for, but for
--- those heavier than the limit, which can never be served. Returns nil
--- when the queue is too long to tell within one call's bound (then it is
--- not wait's turn).
-local function queued_ahead(now_ms, wait, limit)
-  local sum = 0
-  local told = walk_queue(KEYS, now_ms, function(id, w)
-    if id == wait then return true end
-    if w <= limit then sum = sum + w end
-    return false
-  end, wait)
-  if told then return sum end
-  return nil
-end
-
--- Milliseconds until the earliest live lease expires (fallback when
--- none). One expired but not yet swept would say "now", and a waiter
--- would poll every millisecond until someone swept it. A sweep that found
--- nothing expired has read it already (first; nothing since changed the
--- leases).
-local function earliest(now_ms, fallback, first)
-  first = first or redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #first == 0 or first[1] == '' then return fallback end
-  return max(first[2] - now_ms, 0)
-end
-
--- Milliseconds until this server is surely older than q (ms): a server
--- restarted empty forgot leases whose holders still believe in them for up
--- to their TTL (RestartQuarantine). Rounded up: a retry at the end is
--- granted.
-local function quarantine_left(q)
-  local start = started_by(q * 1000, KEYS[1])
-  if not start then return 0 end
-  return max(ceil((start + q * 1000 - now_us()) / 1000), 0)
-end
-
 local field = ':' .. id
 local now = now_us()
 local now_ms = floor(now / 1000)
@@ -174,7 +137,7 @@ if not conflict and total + weight > limit then
   end
 end
 if queue and (mine or total + weight <= limit) then
-  ahead = queued_ahead(now_ms, wait, limit)
+  ahead = queued_ahead(KEYS, now_ms, wait, limit)
 end
 
 -- No token: the name is new to this server, or was forgotten in a restart
@@ -182,7 +145,7 @@ end
 -- names in use pay nothing.
 local quarantine = 0
 if not conflict and not st[2] and quarantine_ms ~= '0' then
-  quarantine = quarantine_left(quarantine_ms + 0)
+  quarantine = quarantine_left(KEYS, quarantine_ms + 0)
 end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
@@ -205,19 +168,27 @@ if fits and paused == 0 then
   -- formatting (the first lease's total is its weight); limit, keyexp
   -- and emptied only when they change.
   local new_total = total == 0 and weight_s or int_string(total + weight)
-  local set = {'HSET', KEYS[2], field, lease_record(weight_s, tok, owner), 'total', new_total, 'token', counter}
-  if st[6] ~= rule_s then
-    set[9], set[10] = 'limit', rule_s
+  local rec = lease_record(weight_s, tok, owner)
+  local set_limit = st[6] ~= rule_s
+  local set_emptied = queue_seen_empty and st[8]
+  if not (set_limit or at or set_emptied) then
+    -- The common grant: the writes as they are, no table to build.
+    redis.call('HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter)
+  else
+    local set = {'HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter}
+    if set_limit then
+      set[9], set[10] = 'limit', rule_s
+    end
+    if at then
+      local n = #set
+      set[n + 1], set[n + 2] = 'keyexp', at
+    end
+    if set_emptied then
+      local n = #set
+      set[n + 1], set[n + 2] = 'emptied', st[8]
+    end
+    redis.call(unpack(set))
   end
-  if at then
-    local n = #set
-    set[n + 1], set[n + 2] = 'keyexp', at
-  end
-  if queue_seen_empty and st[8] then
-    local n = #set
-    set[n + 1], set[n + 2] = 'emptied', st[8]
-  end
-  redis.call(unpack(set))
   if at then expire_keys(KEYS, at) end
   local reply = {1, tok, weight, limit - total - weight, 0}
   if mine then
@@ -233,33 +204,41 @@ if wait ~= '' then
   local hand = '0'
   if fifo and direct_grant and wait == id then hand = ttl_ms_s end
   local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, own)
-  local set = {'HSET', KEYS[2], '?' .. wait, rec}
   -- The wake-up that brought this attempt is spent: reset the marker
   -- (pass_on), so that the next room wakes the waiter again. '' rather
   -- than HDEL: it rides on this HSET.
-  if st[10] and st[10] ~= '' then set[5], set[6] = '!' .. wait, '' end
+  local reset = st[10] and st[10] ~= ''
   if not mine then
     -- The ticket is the seq read above plus one, written with the record
     -- (the script runs alone: nobody took it meanwhile), one call less
     -- than an HINCRBY of its own.
     local seq = fmt((num(st[8]) or 0) + 1)
     redis.call('ZADD', KEYS[3], seq, wait)
-    local n = #set
-    set[n + 1], set[n + 2] = 'seq', seq
     local at = next_keyexp(wexp, ttl_ms, keyexp)
-    if at then
-      set[n + 3], set[n + 4] = 'keyexp', at
+    if at or reset then
+      local set = {'HSET', KEYS[2], '?' .. wait, rec, 'seq', seq}
+      if reset then set[7], set[8] = '!' .. wait, '' end
+      if at then
+        local n = #set
+        set[n + 1], set[n + 2] = 'keyexp', at
+      end
       redis.call(unpack(set))
-      expire_keys(KEYS, at)
     else
-      redis.call(unpack(set))
+      -- The common enqueue: no table to build.
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'seq', seq)
+    end
+    if at then
+      expire_keys(KEYS, at)
+    elseif head == 1 and keyexp < math.huge then
       -- The queue key is new when the queue had emptied (then nobody was
       -- ahead): give it the expiry the other keys have (none while a
       -- fleet limit is set).
-      if head == 1 and keyexp < math.huge then redis.call('PEXPIREAT', KEYS[3], st[3]) end
+      redis.call('PEXPIREAT', KEYS[3], st[3])
     end
+  elseif reset then
+    redis.call('HSET', KEYS[2], '?' .. wait, rec, '!' .. wait, '')
   else
-    redis.call(unpack(set))
+    redis.call('HSET', KEYS[2], '?' .. wait, rec)
   end
 end
 -- The last token issued: a direct grant announced with a token no higher came
@@ -269,4 +248,4 @@ if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
 -- Behind a live waiter, the earliest expiry is not this one's to wait for
 -- (its timer is the head's), and the TTL saves the call that reads it.
 if behind then return {0, ttl_ms, total, head, st[2] or '0', 0} end
-return {0, earliest(now_ms, ttl_ms, first), total, head, st[2] or '0', 0}
+return {0, earliest(KEYS, now_ms, ttl_ms, first), total, head, st[2] or '0', 0}

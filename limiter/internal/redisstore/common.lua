@@ -43,8 +43,15 @@ local LEASES, STATE, QUEUE, PAUSE = 1, 2, 3, 4
 --
 -- Numbers are formatted by hand: Lua 5.1 turns large numbers into "1.7e+15"
 -- when Redis converts them to strings.
+-- A whole number is printed as an integer ('%d'): glibc prints a double's
+-- 16 digits ('%.0f') by multi-precision arithmetic, ~2k instructions more.
+-- Only where Lua's integer (a C long) holds every value the scripts
+-- count, which begin_call checks once: a 32-bit build keeps '%.0f'. NaN,
+-- infinity and fractions fail n % 1 == 0 and keep it too.
+local format, int_ok -- string.format; '%d' is exact (set by begin_call)
 local function fmt(n)
-  return string.format('%.0f', n)
+  if int_ok and n % 1 == 0 and n < 1e18 and n > -1e18 then return format('%d', n) end
+  return format('%.0f', n)
 end
 
 -- The decimal strings of 0 to 15, made once (in a library): the totals
@@ -70,17 +77,21 @@ end
 local clock, clock_t, clock_s
 local queue_seen_empty -- see walk_queue
 
--- math's max, min, ceil and floor as upvalues: a global costs a lookup in the
+-- math's max, min, ceil and floor, and tonumber (as tonum), as upvalues: a global costs a lookup in the
 -- globals on every use, an upvalue none. A library's loading may not read
 -- globals, so its first call sets them (begin_call).
-local max, min, ceil, floor
+local max, min, ceil, floor, tonum
 
 -- Starts every call (scripts.go): forgets what the last call cached. A
 -- script run by EVAL starts fresh, but a function in a library shares
 -- these upvalues with every call before it.
 local function begin_call()
   clock, clock_t, clock_s, queue_seen_empty = nil, nil, nil, nil
-  if not max then max, min, ceil, floor = math.max, math.min, math.ceil, math.floor end
+  if not max then
+    max, min, ceil, floor, tonum = math.max, math.min, math.ceil, math.floor, tonumber
+    format = string.format
+    int_ok = format('%d', 2 ^ 60) == '1152921504606846976'
+  end
 end
 
 local function now_us()
@@ -283,7 +294,7 @@ end
 -- with 7 waiters queued, a page of 16 read 14 records of which one was
 -- used.
 local function walk_queue(keys, now, visit, keep, first)
-  local dead, finished = {}, false
+  local dead, finished = nil, false -- dead: made when one is found
   local pos, size = 0, first or 16
   for _ = 1, 4 do
     local lo, hi = '0', int_string(size - 1)
@@ -295,9 +306,14 @@ local function walk_queue(keys, now, visit, keep, first)
       break
     end
     now = now or clock_ms()
-    local fields = {}
-    for i = 1, #ids do fields[2 * i - 1], fields[2 * i] = '?' .. ids[i], '!' .. ids[i] end
-    local vals = redis.call('HMGET', keys[STATE], unpack(fields))
+    local vals
+    if #ids == 1 then -- the head alone (a page of one): no table to build
+      vals = redis.call('HMGET', keys[STATE], '?' .. ids[1], '!' .. ids[1])
+    else
+      local fields = {}
+      for i = 1, #ids do fields[2 * i - 1], fields[2 * i] = '?' .. ids[i], '!' .. ids[i] end
+      vals = redis.call('HMGET', keys[STATE], unpack(fields))
+    end
     for i = 1, #ids do
       local w, exp, hand, channel, own_limit, ws
       local v = vals[2 * i - 1]
@@ -305,8 +321,9 @@ local function walk_queue(keys, now, visit, keep, first)
         w, exp, hand, channel, own_limit, ws = parse_waiter(v)
       end
       if ids[i] ~= keep and (not w or exp <= now) then
+        dead = dead or {}
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonumber(vals[2 * i] or ''), ws) then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonum(vals[2 * i] or ''), ws) then
         finished = true
         break
       end
@@ -317,7 +334,7 @@ local function walk_queue(keys, now, visit, keep, first)
     end
     pos, size = pos + #ids, 16
   end
-  if #dead > 0 then
+  if dead then
     local fields = {}
     for i = 1, #dead do fields[2 * i - 1], fields[2 * i] = '?' .. dead[i], '!' .. dead[i] end
     redis.call('HDEL', keys[STATE], unpack(fields))
@@ -461,8 +478,8 @@ local WOKEN_MS = 200
 local function pass_on(keys, now_ms, free, own, limit, g, moved)
   local mine = {}
   local granting = g ~= nil
-  local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, {}, {}
-  local marks = {}
+  local newest, maxttl, granted_limit, zadd, zrem = 0, 0, nil, nil, nil
+  local marks -- zadd, zrem, marks: made when first needed
   local fit, nxt = fitting(keys, now_ms, free, limit, moved)
   -- Paused: nobody is granted or woken; the head waiter's timer ends with
   -- the pause, and its grant passes the turn on. A new head takes the
@@ -481,10 +498,18 @@ local function pass_on(keys, now_ms, free, own, limit, g, moved)
     granting = granting and hand > 0 and g.total + fw <= own_limit + 0
     if granting then
       granted_limit = own_limit
-      g.token = max(g.token + 1, now_us())
-      local t = fmt(g.token)
+      -- The clock's own string when the clock is the token (no
+      -- formatting), as next_token does.
+      local t
+      if now_us() > g.token then
+        g.token, t = now_us(), clock_string()
+      else
+        g.token = g.token + 1
+        t = fmt(g.token)
+      end
       g.token_s = t
       local exp = min(clock_ms() + hand, fexp)
+      zadd, zrem = zadd or {}, zrem or {}
       zadd[#zadd + 1], zadd[#zadd + 2] = fmt(exp), wait
       zrem[#zrem + 1] = wait
       g.hdel[#g.hdel + 1], g.hdel[#g.hdel + 2] = '?' .. wait, '!' .. wait
@@ -495,18 +520,19 @@ local function pass_on(keys, now_ms, free, own, limit, g, moved)
     elseif woken and clock_ms() - woken < WOKEN_MS then
       msg = nil -- woken just now: its attempt is on its way
     else
+      marks = marks or {}
       marks[#marks + 1], marks[#marks + 2] = '!' .. wait, fmt(clock_ms())
     end
     if msg then tell(channel, msg, own, mine) end
   end
-  if #marks > 0 then
+  if marks then
     if g then
       for _, v in ipairs(marks) do g.hset[#g.hset + 1] = v end
     else
       redis.call('HSET', keys[STATE], unpack(marks))
     end
   end
-  if #zadd > 0 then
+  if zadd then
     redis.call('ZADD', keys[LEASES], unpack(zadd))
     redis.call('ZREM', keys[QUEUE], unpack(zrem))
     local set = g.hset
@@ -539,4 +565,42 @@ local function dequeue(keys, wait, now_ms, free, own, limit)
   if redis.call('ZREM', keys[QUEUE], wait) == 0 then return {} end
   redis.call('HDEL', keys[STATE], '?' .. wait, '!' .. wait)
   return pass_on(keys, now_ms, free, own, limit, nil, true)
+end
+
+-- acquire.lua's helpers, here so that a library makes their closures once.
+-- Sums the weights of the live waiters queued ahead of wait (of every
+-- waiter when wait is not queued): those permits are spoken for, but for
+-- those heavier than the limit, which can never be served. Returns nil
+-- when the queue is too long to tell within one call's bound (then it is
+-- not wait's turn).
+local function queued_ahead(keys, now_ms, wait, limit)
+  local sum = 0
+  local told = walk_queue(keys, now_ms, function(id, w)
+    if id == wait then return true end
+    if w <= limit then sum = sum + w end
+    return false
+  end, wait)
+  if told then return sum end
+  return nil
+end
+
+-- Milliseconds until the earliest live lease expires (fallback when
+-- none). One expired but not yet swept would say "now", and a waiter
+-- would poll every millisecond until someone swept it. A sweep that found
+-- nothing expired has read it already (first; nothing since changed the
+-- leases).
+local function earliest(keys, now_ms, fallback, first)
+  first = first or redis.call('ZRANGEBYSCORE', keys[LEASES], '(' .. fmt(now_ms), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 or first[1] == '' then return fallback end
+  return max(first[2] - now_ms, 0)
+end
+
+-- Milliseconds until this server is surely older than q (ms): a server
+-- restarted empty forgot leases whose holders still believe in them for up
+-- to their TTL (RestartQuarantine). Rounded up: a retry at the end is
+-- granted.
+local function quarantine_left(keys, q)
+  local start = started_by(q * 1000, keys[LEASES])
+  if not start then return 0 end
+  return max(ceil((start + q * 1000 - now_us()) / 1000), 0)
 end

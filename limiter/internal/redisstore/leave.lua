@@ -18,10 +18,10 @@ if st[3] then
   local w, _, holder = parse(st[3])
   if holder == owner_of(own) then
     redis.call('ZREM', KEYS[1], wait)
-    local g = {total = total - w, token = tonumber(st[4]) or 0, keyexp = tonumber(st[5]) or 0,
+    local g = {total = total - w, token = tonum(st[4]) or 0, keyexp = tonum(st[5]) or 0,
       limit = st[2], cap = st[6], hdel = {'HDEL', KEYS[2], ':' .. wait}, hset = {'HSET', KEYS[2]}}
     local mine = pass_on(KEYS, nil, limit - g.total, own, limit, g)
-    g.hset[#g.hset + 1], g.hset[#g.hset + 2] = 'total', fmt(g.total)
+    g.hset[#g.hset + 1], g.hset[#g.hset + 2] = 'total', int_string(g.total)
     redis.call(unpack(g.hdel))
     redis.call(unpack(g.hset))
     return mine

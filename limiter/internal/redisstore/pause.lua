@@ -39,27 +39,27 @@ local notice = ARGV[3]
 if d_us == 'lift' then
   redis.call('DEL', KEYS[4])
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
-  local limit = tonumber(st[2]) or math.huge
+  local limit = tonum(st[2]) or math.huge
   local reply = {0}
-  for _, v in ipairs(pass_on(KEYS, nil, limit - (tonumber(st[1]) or 0), own, limit)) do reply[#reply + 1] = v end
+  for _, v in ipairs(pass_on(KEYS, nil, limit - (tonum(st[1]) or 0), own, limit)) do reply[#reply + 1] = v end
   return reply
 end
 local now = now_us()
-local was = tonumber(redis.call('GET', KEYS[4]) or '0')
-local until_us = math.max(now + tonumber(d_us), was)
+local was = tonum(redis.call('GET', KEYS[4]) or '0')
+local until_us = max(now + tonum(d_us), was)
 redis.call('SET', KEYS[4], fmt(until_us))
-redis.call('PEXPIREAT', KEYS[4], fmt(math.ceil(until_us / 1000) + 86400000))
-local moved = until_us - math.max(now, was)
+redis.call('PEXPIREAT', KEYS[4], fmt(ceil(until_us / 1000) + 86400000))
+local moved = until_us - max(now, was)
 if moved > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[5]) or '')
+  local tat = tonum(redis.call('GET', KEYS[5]) or '')
   if tat and tat > now then
     local to = tat + moved
-    local px = fmt(math.ceil((to - now + RATE_KEEP_US) / 1000))
+    local px = fmt(ceil((to - now + RATE_KEEP_US) / 1000))
     local before, at = fmt(tat), fmt(now)
     local rec = redis.call('GET', KEYS[6])
     if rec then
       local b, a, t = string.match(rec, '^(%d+) (%d+) (%d+)$')
-      if a and tonumber(a) == tat then before, at = b, t end
+      if a and tonum(a) == tat then before, at = b, t end
     end
     redis.call('SET', KEYS[5], fmt(to), 'PX', px)
     redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)

@@ -25,7 +25,8 @@ local check = ARGV[5] == '1'
 local field = ':' .. id
 local st = redis.call('HMGET', KEYS[2], field, 'total', 'limit', 'token', 'keyexp', 'cap', 'seq', 'emptied')
 if not st[1] then return 0 end
-local w, tok = parse(st[1])
+local w, tok = string.match(st[1], '^(%d+):(%d+):') -- as parse, but the owner
+w = w + 0
 if token ~= '' and tok ~= token then return 0 end
 local now -- read only when needed
 local held = w
@@ -38,8 +39,8 @@ end
 redis.call('ZREM', KEYS[1], id)
 local total = (num(st[2]) or w) - w
 local mine -- own waiters woken, when the queue was walked
-local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
 if wake and st[7] ~= st[8] then
+  local hdel, hset = {'HDEL', KEYS[2], field}, {'HSET', KEYS[2]}
   local g = {total = total, token = num(st[4]) or 0, keyexp = num(st[5]) or 0,
     limit = st[3], cap = st[6], hdel = hdel, hset = hset}
   -- No recorded limit (a fleet limit was just cleared): let the queue try.
@@ -47,10 +48,14 @@ if wake and st[7] ~= st[8] then
   mine = pass_on(KEYS, now, limit - total, own, limit, g)
   total = g.total
   if queue_seen_empty and st[7] then hset[#hset + 1], hset[#hset + 2] = 'emptied', st[7] end
+  hset[#hset + 1], hset[#hset + 2] = 'total', int_string(total)
+  redis.call(unpack(hdel))
+  redis.call(unpack(hset))
+else
+  -- Nobody to wake: the writes as they are, no tables to build.
+  redis.call('HDEL', KEYS[2], field)
+  redis.call('HSET', KEYS[2], 'total', int_string(total))
 end
-hset[#hset + 1], hset[#hset + 2] = 'total', int_string(total)
-redis.call(unpack(hdel))
-redis.call(unpack(hset))
 if not mine or #mine == 0 then return held end
 table.insert(mine, 1, held)
 return mine

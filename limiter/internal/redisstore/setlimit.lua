@@ -8,7 +8,7 @@
 --         expire again after it, or after the last lease, whichever is
 --         later
 local n_s = ARGV[1]
-local n = tonumber(n_s)
+local n = tonum(n_s)
 local own = ARGV[2]
 local ttl_ms = ARGV[3]
 
@@ -19,13 +19,13 @@ local ttl_ms = ARGV[3]
 -- night does not silently bring back the processes' own limits.
 -- Returns the own waiters woken.
 local st = redis.call('HMGET', KEYS[2], 'total')
-local total = tonumber(st[1]) or 0
+local total = tonum(st[1]) or 0
 if n == 0 then
   redis.call('HDEL', KEYS[2], 'cap')
   local last = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(+inf', '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
   local now = clock_ms()
-  local until_ms = now + tonumber(ttl_ms)
-  if #last > 0 then until_ms = math.max(until_ms, tonumber(last[2])) end
+  local until_ms = now + tonum(ttl_ms)
+  if #last > 0 then until_ms = max(until_ms, tonum(last[2])) end
   local at = fmt(until_ms + 1000)
   -- Each process's own limit applies again, which no script knows until
   -- the next grant records its own: forget the recorded one and let the

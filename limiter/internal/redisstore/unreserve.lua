@@ -8,5 +8,5 @@ local next_tat = ARGV[2]
 -- still next): later callers were given their times already, which
 -- cannot move. Returns 1 when it did, 0 when it could not.
 if redis.call('GET', KEYS[1]) ~= next_tat then return 0 end
-redis.call('SET', KEYS[1], prev, 'PX', fmt(math.max(math.ceil((prev - now_us() + RATE_KEEP_US) / 1000), 1)))
+redis.call('SET', KEYS[1], prev, 'PX', fmt(max(ceil((prev - now_us() + RATE_KEEP_US) / 1000), 1)))
 return 1
