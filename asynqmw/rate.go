@@ -57,7 +57,7 @@ func (m *middleware) near(wait context.Context, gs []gate, early []slot) ([]slot
 			ok, err := s.res.Renew(wait)
 			if err != nil {
 				m.giveBack(slots)
-				return nil, m.failed(wait, g, err)
+				return nil, m.rateError(wait, g, err) // the wait's end is a time-out, not a failure
 			}
 			if ok {
 				slots = append(slots, s)
