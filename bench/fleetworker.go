@@ -198,6 +198,16 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		id, _ := asynq.GetTaskID(ctx)
 		return p, id, callAPI(ctx, hc, cfg.API, p, id)
 	}
+	// recipeCall is the recipes' call: a 429 re-queues that task alone
+	// for its Retry-After (nothing tells the other workers).
+	recipeCall := func(ctx context.Context, t *asynq.Task) error {
+		_, _, err := call(ctx, t)
+		var tm *tooManyError
+		if errors.As(err, &tm) {
+			return &RateLimitError{RetryIn: tm.retryAfter, Err: err}
+		}
+		return err
+	}
 	// count is the outermost middleware: it sees what asynq sees.
 	count := func(next asynq.Handler) asynq.Handler {
 		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -372,12 +382,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 					return ctx.Err()
 				}
 			}
-			_, _, err = call(ctx, t)
-			var tm *tooManyError
-			if errors.As(err, &tm) {
-				return &RateLimitError{RetryIn: tm.retryAfter, Err: err}
-			}
-			return err
+			return recipeCall(ctx, t)
 		})
 		srvCfg.IsFailure = func(err error) bool { return !IsRateLimitError(err) }
 		srvCfg.RetryDelayFunc = recipeRetryDelay
@@ -409,12 +414,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 			if !lim.Allow() {
 				return &RateLimitError{RetryIn: retryIn()}
 			}
-			_, _, err := call(ctx, t)
-			var tm *tooManyError
-			if errors.As(err, &tm) {
-				return &RateLimitError{RetryIn: tm.retryAfter, Err: err}
-			}
-			return err
+			return recipeCall(ctx, t)
 		})
 		srvCfg.IsFailure = func(err error) bool { return !IsRateLimitError(err) }
 		srvCfg.RetryDelayFunc = recipeRetryDelay
