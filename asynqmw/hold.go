@@ -103,10 +103,11 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 		opts = append(opts, limiter.ID(id))
 	}
 	if m.parking != nil && g.r.Key != nil && !lastTry(ctx) {
-		lease, done, err := m.tryOrPark(ctx, wait, sem, opts, gs)
-		if done {
+		lease, leave, err := m.tryOrPark(ctx, wait, sem, opts, gs)
+		if leave == nil {
 			return lease, err
 		}
+		defer leave()
 	}
 	start := time.Now()
 	waitCtx, lost := context.WithCancelCause(wait)
@@ -168,25 +169,37 @@ func (m *middleware) failed(ctx context.Context, g gate, err error) error {
 const unreachableRetryIn = time.Second
 
 // tryOrPark takes a permit of the Key rule's gate gs[0] of sem if one is
-// free, or parks the task when its key is full while the later gates
-// gs[1:] have room; done is false when the task is to wait for the
-// permit instead (the later gates are full too, the key is paused or in
-// its restart quarantine, which no release ends, or the park failed).
-func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore, opts []limiter.AcquireOption, gs []gate) (lease *limiter.Lease, done bool, err error) {
+// free, or parks the task when its key is full. It returns leave instead
+// when the task is to wait for the permit, counted among the key's
+// waiters here until it calls leave: the later gates gs[1:] are full
+// and few handlers wait for the key, the key is paused or in its restart
+// quarantine (which no release ends), or the park failed.
+func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore, opts []limiter.AcquireOption, gs []gate) (lease *limiter.Lease, leave func(), err error) {
 	g := gs[0]
 	lease, err = sem.TryAcquire(wait, opts...)
 	var lb *limiter.BusyError
 	switch {
 	case err == nil:
-		return lease, true, nil
+		return lease, nil, nil
 	case !errors.As(err, &lb):
-		return nil, true, m.failed(ctx, g, err)
-	case lb.Paused || lb.Restarted || !m.haveRoom(wait, gs[1:]):
-		return nil, false, nil
+		return nil, nil, m.failed(ctx, g, err)
+	case lb.Paused || lb.Restarted:
+		return nil, m.parking.wait(g.name), nil
+	}
+	if leave, ok := m.parking.join(g.name, g.limit+1); ok {
+		if !m.haveRoom(wait, gs[1:]) {
+			// Everything is full: a few of this process's handlers (the
+			// key's limit and one) wait for the key, so that its next
+			// permits are taken at once; more would hold the slots that
+			// other keys' tasks need to join the later gates' queues,
+			// where the keys take turns.
+			return nil, leave, nil
+		}
+		leave()
 	}
 	entry, ok := m.parking.park(ctx, g.name)
 	if !ok {
-		return nil, false, nil
+		return nil, m.parking.wait(g.name), nil
 	}
 	// A release between the try and the park put back nobody: try once
 	// more, now that the next release sees this task.
@@ -198,14 +211,14 @@ func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore
 		m.parking.unlist(g.name, entry)
 		switch {
 		case err == nil:
-			return lease, true, nil
+			return lease, nil, nil
 		case again != nil:
-			return nil, false, nil
+			return nil, m.parking.wait(g.name), nil
 		}
-		return nil, true, m.failed(ctx, g, err)
+		return nil, nil, m.failed(ctx, g, err)
 	}
 	m.opts.metrics.requeued(g.r.Name)
-	return nil, true, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
+	return nil, nil, &BusyError{Semaphore: g.name, RetryIn: parkFor, Parked: true, Err: err}
 }
 
 // haveRoom reports whether every gate of gs with a limit would grant a

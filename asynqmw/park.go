@@ -3,8 +3,10 @@ package asynqmw
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -33,9 +35,11 @@ const (
 // its queue (asynq.Inspector.RunTask). rdb is asynq's Redis (the one its
 // server uses): the park lists are kept there, with its tasks. A task
 // that nobody puts back (its key's holders crashed, Redis lost the list)
-// comes back after 30s. A task whose other rules' permits are taken waits
-// for its key's permit as without Park, and so does a task on its last
-// try (asynq archives it whatever it returns). Set asynq's
+// comes back after 30s. When its other rules' permits are taken too, a
+// few handlers of each process (the key's Limit and one) wait for the
+// key's permit as without Park, so that it is taken as soon as it frees,
+// and the rest park; a task on its last try always waits (asynq archives
+// it whatever it returns). Set asynq's
 // Config.TaskCheckInterval low (say 100ms): a put-back task waits for
 // an idle server's next check. A nil rdb makes New return a
 // *limiter.ArgumentError naming Park.
@@ -47,10 +51,37 @@ func Park(rdb redis.UniversalClient) Option {
 type parking struct {
 	rdb  redis.UniversalClient
 	insp *asynq.Inspector
+
+	mu      sync.Mutex
+	waiting map[string]int64 // this process's handlers waiting for a key's permit
 }
 
 func newParking(rdb redis.UniversalClient) *parking {
-	return &parking{rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb)}
+	return &parking{rdb: rdb, insp: asynq.NewInspectorFromRedisClient(rdb), waiting: map[string]int64{}}
+}
+
+// join counts a handler as waiting for name's permit, unless most of
+// this process's handlers already do; leave ends the count.
+func (p *parking) join(name string, most int64) (leave func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting[name] >= most {
+		return nil, false
+	}
+	p.waiting[name]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.waiting[name]--; p.waiting[name] == 0 {
+			delete(p.waiting, name)
+		}
+	}, true
+}
+
+// wait counts a handler as waiting for name's permit until leave.
+func (p *parking) wait(name string) (leave func()) {
+	leave, _ = p.join(name, math.MaxInt64)
+	return leave
 }
 
 // parkKey is the list of the tasks parked on a gate's name; the hash tag

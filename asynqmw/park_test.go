@@ -3,6 +3,7 @@ package asynqmw_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +131,44 @@ func TestStaleParkEntryDoesNotRerun(t *testing.T) {
 		t.Fatalf("task %s ran again (the first was %s)", id, first.ID)
 	case <-time.After(time.Second):
 	}
+}
+
+// One process of four handlers, the fleet-wide permit held elsewhere and
+// four tasks of customer a queued before one of b: a's first task takes
+// a's permit and waits for the fleet's, two more wait for a's permit
+// (its limit and one), and the fourth parks, so b's task gets a handler
+// and joins the fleet's queue beside a's rather than wait until a's
+// waits time out.
+func TestFullFleetParksPastTheKeysWaiters(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	lc := redistest.Limiter(t, rdb)
+	rules := []asynqmw.Rule{
+		{Name: "park-customer", Key: customerOf, Limit: 1},
+		{Name: "park-fleet", Limit: 1},
+	}
+	mw, err := asynqmw.New(lc, rules, asynqmw.Park(rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := holdElsewhere(t, rdb, "park-fleet")
+	var done atomic.Int32
+	startServer(t, srv.Addr(), 4, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		done.Add(1)
+		return nil
+	})))
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	for _, cust := range []string{"a", "a", "a", "a", "b"} {
+		enqueue(t, client, asynq.NewTask("t", []byte(`{"Customer":"`+cust+`"}`)))
+	}
+	ctx := context.Background()
+	redistest.Eventually(t, 2*time.Second, "b's task holds b's permit while the fleet's is taken", func() bool {
+		hs, err := lc.Inspector().Holders(ctx, "park-customer:b")
+		return err == nil && len(hs) == 1
+	})
+	if err := fleet.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "all 5 tasks done", func() bool { return done.Load() == 5 })
 }

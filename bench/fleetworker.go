@@ -45,6 +45,7 @@ type fleetWorkerConfig struct {
 	Limit       int64   // fleet-wide calls at once
 	PerCustomer int64   // calls at once per customer
 	Rate        float64 // fleet-wide starts a second
+	Burst       int64   // the rate's burst (redsem's and redis_rate's)
 }
 
 // fleetPayload is a task's payload.
@@ -291,7 +292,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		mw, err := asynqmw.New(lc, []asynqmw.Rule{
 			{Name: "partner-customer", TypePrefix: "partner:", Key: fleetCustomerOf, Limit: cfg.PerCustomer},
 			{Name: "partner-api", TypePrefix: "partner:", Limit: cfg.Limit,
-				Rate: limiter.Rate{Events: int64(cfg.Rate), Per: time.Second, Burst: 1}},
+				Rate: limiter.Rate{Events: int64(cfg.Rate), Per: time.Second, Burst: cfg.Burst}},
 		}, asynqmw.Park(asynqRDB), asynqmw.Logger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			return rep, err
@@ -338,7 +339,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 			return per[c]
 		}
 		rl := redis_rate.NewLimiter(limRDB)
-		limit := redis_rate.Limit{Rate: int(cfg.Rate), Burst: 1, Period: time.Second}
+		limit := redis_rate.Limit{Rate: int(cfg.Rate), Burst: int(cfg.Burst), Period: time.Second}
 		poll := cfg.Variant == fleetXPoll
 		mux.HandleFunc(fleetTaskType, func(ctx context.Context, t *asynq.Task) error {
 			var p fleetPayload
