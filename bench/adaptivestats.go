@@ -27,6 +27,7 @@ const (
 // phaseStats are one run's figures in one phase.
 type phaseStats struct {
 	Reach      float64 // s from the phase's start to on target and held (+Inf: never)
+	ReachL     float64 // the same for the learned values (NaN: none)
 	TooManyPct float64 // 429s, % of the calls in the steady state
 	InFlight   [2]float64
 	Rate       [2]float64 // accepted calls/s, 1 s windows, ÷ R
@@ -111,6 +112,7 @@ func (r adaptiveRun) stats(k int, meanLat time.Duration) phaseStats {
 	s := r.Samples
 	var st phaseStats
 	st.Reach = reach(s, start, end, ph)
+	st.ReachL = r.reachLearned(start, end, ph)
 	a, b := firstAt(s, start), min(firstAt(s, end), len(s)-1)
 	st.Accepted = float64(s[b].Accepted - s[a].Accepted)
 	bound := math.Min(float64(ph.Rate), float64(ph.Limit)/meanLat.Seconds())
@@ -139,21 +141,28 @@ func (r adaptiveRun) stats(k int, meanLat time.Duration) phaseStats {
 	return st
 }
 
-// learnedIn is the fleet's learned limit and rate (the processes' values
-// summed, per 100 ms) between from and to.
-func (r adaptiveRun) learnedIn(from, to time.Duration) (limits, rates []float64) {
+// learnedPoint is the fleet's learned limit and rate (the processes'
+// values summed) in one 100 ms bucket.
+type learnedPoint struct {
+	At   time.Duration
+	L, R float64
+}
+
+// learnedSeries is the fleet's learned values between from and to, in
+// order, in the buckets where every process sampled.
+func (r adaptiveRun) learnedSeries(from, to time.Duration) []learnedPoint {
 	type sum struct {
 		l, r float64
 		n    int
 	}
-	buckets := map[int64]*sum{}
+	buckets := map[time.Duration]*sum{}
 	for _, proc := range r.Learned {
 		for _, x := range proc {
 			at := time.Duration(x.Ms) * time.Millisecond
 			if at < from || at >= to {
 				continue
 			}
-			key := int64(at / sampleEvery)
+			key := at / sampleEvery * sampleEvery
 			if buckets[key] == nil {
 				buckets[key] = &sum{}
 			}
@@ -162,12 +171,52 @@ func (r adaptiveRun) learnedIn(from, to time.Duration) (limits, rates []float64)
 			buckets[key].n++
 		}
 	}
-	for _, b := range buckets {
-		if b.n == len(r.Learned) { // every process sampled in this 100 ms
-			limits, rates = append(limits, b.l), append(rates, b.r)
+	var out []learnedPoint
+	for at, b := range buckets {
+		if b.n == len(r.Learned) {
+			out = append(out, learnedPoint{At: at, L: b.l, R: b.r})
 		}
 	}
+	slices.SortFunc(out, func(a, b learnedPoint) int { return int(a.At - b.At) })
+	return out
+}
+
+// learnedIn is learnedSeries as two lists of values.
+func (r adaptiveRun) learnedIn(from, to time.Duration) (limits, rates []float64) {
+	for _, p := range r.learnedSeries(from, to) {
+		limits, rates = append(limits, p.L), append(rates, p.R)
+	}
 	return limits, rates
+}
+
+// reachLearned is the time from start until the learned limit and rate
+// are both on target (up: >= 90 %; down: within 10 %) and stay there for
+// reachHold; NaN for a variant that learns nothing.
+func (r adaptiveRun) reachLearned(start, end time.Duration, ph adaptivePhase) float64 {
+	ps := r.learnedSeries(start, end)
+	if len(ps) == 0 {
+		return math.NaN()
+	}
+	ok := func(p learnedPoint) bool {
+		l, rt := p.L/float64(ph.Limit), p.R/float64(ph.Rate)
+		if ph.Up {
+			return l >= reachShare && rt >= reachShare
+		}
+		return math.Abs(l-1) <= settleBand && math.Abs(rt-1) <= settleBand
+	}
+	since := time.Duration(-1)
+	for _, p := range ps {
+		switch {
+		case !ok(p):
+			since = -1
+		case since < 0:
+			since = p.At
+		}
+		if since >= 0 && p.At-since >= reachHold {
+			return (since - start).Seconds()
+		}
+	}
+	return math.Inf(1)
 }
 
 // adaptiveRow is a variant's figures in a phase, medians over rounds.
@@ -228,17 +277,18 @@ func variantOrder(name string) int {
 }
 
 func printAdaptive(out io.Writer, runs []adaptiveRun, o adaptiveOptions) {
-	fmt.Fprintln(out, "| variant | phase | hidden C, R | to target s | 429s % (steady) | in flight ÷ C p5–p95 | served/s ÷ R p5–p95 | learned ÷ C p5–p95 | learned ÷ R p5–p95 | goodput ÷ bound | ÷ oracle |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| variant | phase | hidden C, R | to target s | learned to target s | 429s % (steady) | in flight ÷ C p5–p95 | served/s ÷ R p5–p95 | learned ÷ C p5–p95 | learned ÷ R p5–p95 | goodput ÷ bound | ÷ oracle |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range adaptiveRows(runs, o) {
 		m := row.median
 		goal := "≥90 %"
 		if !row.Phase.Up {
 			goal = "±10 %"
 		}
-		fmt.Fprintf(out, "| %s | %s | %d, %d/s | %s (%s) | %.1f | %s | %s | %s | %s | %.2f | %s |\n",
+		fmt.Fprintf(out, "| %s | %s | %d, %d/s | %s (%s) | %s | %.1f | %s | %s | %s | %s | %.2f | %s |\n",
 			row.Variant, row.Phase.Name, row.Phase.Limit, row.Phase.Rate,
 			secs(m(func(s phaseStats) float64 { return s.Reach })), goal,
+			secs(m(func(s phaseStats) float64 { return s.ReachL })),
 			m(func(s phaseStats) float64 { return s.TooManyPct }),
 			bandOf(row, func(s phaseStats) [2]float64 { return s.InFlight }),
 			bandOf(row, func(s phaseStats) [2]float64 { return s.Rate }),
@@ -262,6 +312,9 @@ func bandOf(row adaptiveRow, f func(phaseStats) [2]float64) string {
 }
 
 func secs(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
 	if math.IsInf(x, 1) {
 		return "never"
 	}
@@ -305,7 +358,8 @@ next, where the upstream served >= %.0f %% of a hidden limit (the larger of mean
 and served/s ÷ R: whichever binds; cold start, doubled), or where that share is within
 ±%.0f %% with <= %.0f %% of the calls refused (halved). Steady state: a phase's last %v (at most
 its half). In flight: the upstream's count every 100 ms; served/s: 1 s windows every 100 ms;
-learned: the processes' applied values summed (variants that learn). Goodput: served/s over
+learned: the processes' applied values summed (variants that learn); "learned to target":
+the same thresholds on the learned limit and rate both, held 2 s. Goodput: served/s over
 the phase ÷ min(R, C ÷ mean call %v); ÷ oracle: served calls over the oracle's, same round
 and phase. Medians over rounds where more than one.
 `, 100*reachShare, 100*settleBand, 100*settleBand, steadyTail, o.meanLatency())
