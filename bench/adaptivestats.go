@@ -149,32 +149,34 @@ type learnedPoint struct {
 }
 
 // learnedSeries is the fleet's learned values between from and to, in
-// order, in the buckets where every process sampled.
+// order, in the 100 ms buckets where every process sampled (its last
+// sample there).
 func (r adaptiveRun) learnedSeries(from, to time.Duration) []learnedPoint {
-	type sum struct {
-		l, r float64
-		n    int
+	if len(r.Learned) == 0 {
+		return nil
 	}
-	buckets := map[time.Duration]*sum{}
-	for _, proc := range r.Learned {
+	per := make([]map[time.Duration]learnedSample, len(r.Learned))
+	for i, proc := range r.Learned {
+		per[i] = map[time.Duration]learnedSample{}
 		for _, x := range proc {
-			at := time.Duration(x.Ms) * time.Millisecond
-			if at < from || at >= to {
-				continue
+			if at := time.Duration(x.Ms) * time.Millisecond; at >= from && at < to {
+				per[i][at/sampleEvery*sampleEvery] = x
 			}
-			key := at / sampleEvery * sampleEvery
-			if buckets[key] == nil {
-				buckets[key] = &sum{}
-			}
-			buckets[key].l += x.Limit
-			buckets[key].r += x.Rate
-			buckets[key].n++
 		}
 	}
 	var out []learnedPoint
-	for at, b := range buckets {
-		if b.n == len(r.Learned) {
-			out = append(out, learnedPoint{At: at, L: b.l, R: b.r})
+	for at := range per[0] {
+		p := learnedPoint{At: at}
+		for _, m := range per {
+			x, ok := m[at]
+			if !ok {
+				p.At = -1
+				break
+			}
+			p.L, p.R = p.L+x.Limit, p.R+x.Rate
+		}
+		if p.At >= 0 {
+			out = append(out, p)
 		}
 	}
 	slices.SortFunc(out, func(a, b learnedPoint) int { return int(a.At - b.At) })
