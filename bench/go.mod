@@ -7,6 +7,7 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/hibiken/asynq v0.26.0
+	github.com/platinummonkey/go-concurrency-limits v1.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redsem/redsem v0.0.0
 	golang.org/x/time v0.15.0
@@ -17,7 +18,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/platinummonkey/go-concurrency-limits v1.0.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
