@@ -230,6 +230,13 @@ type fleetWorker struct {
 }
 
 func startFleetWorker(cfg fleetWorkerConfig) (*fleetWorker, error) {
+	return startChild(fleetEnv, cfg)
+}
+
+// startChild starts this binary again in the role that env names, with
+// cfg as JSON in it, talking lines on stdin and stdout (the fleet's and
+// the adaptive bench's workers).
+func startChild(env string, cfg any) (*fleetWorker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -239,7 +246,7 @@ func startFleetWorker(cfg fleetWorkerConfig) (*fleetWorker, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), fleetEnv+"="+string(js))
+	cmd.Env = append(os.Environ(), env+"="+string(js))
 	cmd.SysProcAttr = sysProcAttr()
 	w := &fleetWorker{cmd: cmd, stderr: &lockedBuffer{}, lines: make(chan string, 4)}
 	cmd.Stderr = w.stderr

@@ -7,9 +7,10 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/hibiken/asynq v0.26.0
+	github.com/platinummonkey/go-concurrency-limits v1.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redsem/redsem v0.0.0
-	golang.org/x/time v0.14.0
+	golang.org/x/time v0.15.0
 )
 
 require (

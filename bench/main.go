@@ -29,6 +29,15 @@
 //
 //	go run . -fleet                    # -fleet-tasks 300 -fleet-rounds 1
 //	go run . -fleet -fleet-tasks 100 -fleet-scenarios steady
+//
+// With -adaptive it runs only the adaptive-limits table (adaptive.go,
+// issue 33): 4 processes x 8 goroutines against an upstream whose limits
+// are hidden and move (cold start, halved, doubled), each variant in
+// turn: a fleet told the exact limits, per-process AIMD
+// (go-concurrency-limits), a fixed guess (~4.5 min):
+//
+//	go run . -adaptive
+//	go run . -adaptive -adaptive-rounds 3 -adaptive-variants oracle,"fixed guess"
 package main
 
 import (
@@ -50,6 +59,9 @@ func main() {
 	if IsFleetWorker() {
 		os.Exit(FleetWorkerMain())
 	}
+	if IsAdaptiveWorker() {
+		os.Exit(AdaptiveWorkerMain())
+	}
 	if IsWorker() {
 		os.Exit(WorkerMain())
 	}
@@ -70,10 +82,28 @@ func main() {
 	fleetTimeout := flag.Duration("fleet-timeout", 120*time.Second, "fleet: end a run after this long, reporting what it reached")
 	fleetScen := flag.String("fleet-scenarios", "", "fleet: comma-separated scenarios (steady,skewed,fresh,restart,pushback; default all)")
 	fleetVar := flag.String("fleet-variants", "", "fleet: comma-separated variants (redsem, x/rate+redis_rate, per-process x/time/rate; default all)")
+	adaptive := flag.Bool("adaptive", false, "run only the adaptive-limits table: worker processes against an upstream whose limits are hidden and move")
+	adaptiveRounds := flag.Int("adaptive-rounds", 1, "adaptive: rounds of every variant (medians; the order rotates)")
+	adaptivePhases := flag.String("adaptive-phases", "30s,20s,30s", "adaptive: lengths of the cold start, halved and doubled phases")
+	adaptiveLatency := flag.String("adaptive-latency", "150ms,250ms", "adaptive: the upstream's call time, uniform between these")
+	adaptiveVar := flag.String("adaptive-variants", "", "adaptive: comma-separated variants (oracle, per-process AIMD, fixed guess; default all that are built)")
+	adaptiveDump := flag.String("adaptive-dump", "", "adaptive: write each run's 100 ms series as CSV into this directory")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *adaptive {
+		o, err := parseAdaptiveOptions(*adaptiveRounds, *adaptivePhases, *adaptiveLatency, *adaptiveVar)
+		o.Dump = *adaptiveDump
+		if err == nil {
+			err = runAdaptiveTables(ctx, os.Stdout, o)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *fleet {
 		o := fleetOptions{Tasks: max(*fleetTasks, 1), Rounds: max(*fleetRounds, 1), Timeout: *fleetTimeout,
 			Scenarios: splitList(*fleetScen), Variants: splitList(*fleetVar)}
@@ -398,3 +428,35 @@ func ifs(ok bool, s string) string {
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// parseAdaptiveOptions reads the -adaptive flags.
+func parseAdaptiveOptions(rounds int, phases, latency, variants string) (adaptiveOptions, error) {
+	o := adaptiveOptions{Rounds: max(rounds, 1), Variants: splitList(variants)}
+	for _, p := range splitList(phases) {
+		d, err := time.ParseDuration(p)
+		if err != nil || d < 4*time.Second {
+			return o, fmt.Errorf("-adaptive-phases: %q: want a duration of 4s or more", p)
+		}
+		o.Phases = append(o.Phases, d)
+	}
+	if len(o.Phases) != 3 {
+		return o, fmt.Errorf("-adaptive-phases: want 3 lengths, got %q", phases)
+	}
+	lat := splitList(latency)
+	for i := range lat {
+		d, err := time.ParseDuration(lat[i])
+		if err != nil || len(lat) != 2 || d <= 0 {
+			return o, fmt.Errorf("-adaptive-latency: want two positive durations, got %q", latency)
+		}
+		o.Latency[i] = d
+	}
+	if len(lat) != 2 || o.Latency[1] < o.Latency[0] {
+		return o, fmt.Errorf("-adaptive-latency: want min,max, got %q", latency)
+	}
+	for _, v := range o.Variants {
+		if av, ok := adaptiveVariantNamed(v); !ok || av.New == nil {
+			return o, fmt.Errorf("-adaptive-variants: %q is not a variant that is built", v)
+		}
+	}
+	return o, nil
+}
