@@ -53,6 +53,39 @@ func BenchmarkKeepAlive100Names(b *testing.B) {
 	b.ReportMetric(float64(calls1-calls0)/secs, "scripts/s")
 }
 
+// BenchmarkRecordUses100Names is the Redis cost of one record of the
+// limits a Client uses in 100 names (one call of uses.lua on a single
+// server), which the keep-alive adds every 10s: compare its redis-µs/op
+// with BenchmarkKeepAlive100Names's redis-µs/s over 100 (one refresh
+// call). Timing the record alone keeps the ratio out of the noise of a
+// shared machine, which moves the keep-alive's total by ±15%.
+func BenchmarkRecordUses100Names(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	c, err := limiter.New(rdb, limiter.RestartQuarantine(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(ctx)
+	old := limiter.SetUsePeriod(time.Hour) // only the records this makes
+	defer limiter.SetUsePeriod(old)
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("keepalive-%d", i)
+	}
+	limiter.RecordUses(c, names, 5) // loads the function
+	usec0, calls0 := commandCost(b, rdb)
+	b.ResetTimer()
+	for range b.N {
+		limiter.RecordUses(c, names, 5)
+	}
+	b.StopTimer()
+	usec1, calls1 := commandCost(b, rdb)
+	b.ReportMetric(float64(usec1-usec0)/float64(b.N), "redis-µs/op")
+	b.ReportMetric(float64(calls1-calls0)/float64(b.N), "scripts/op")
+}
+
 // commandCost sums, over INFO commandstats, the µs Redis spent in every
 // command, and counts the script calls (FCALL, EVALSHA, EVAL).
 func commandCost(b *testing.B, rdb *redis.Client) (usec, scripts int64) {
