@@ -102,9 +102,7 @@ func SetShardWakes(c *Client, sw store.ShardWakes) { c.hub.shards = sw }
 // use every d, each record lasting 3d: the tests' and their children's
 // short expiry. It returns the previous period.
 func SetUsePeriod(d time.Duration) time.Duration {
-	old := usePeriod
-	usePeriod, useTTL = d, 3*d
-	return old
+	return time.Duration(usePeriodNs.Swap(int64(d)))
 }
 
 // RecordUses marks every name of names used under limit and has c
@@ -117,4 +115,9 @@ func RecordUses(c *Client, names []string, limit int64) {
 	c.uses.lastFull = time.Time{} // a full record
 	c.uses.mu.Unlock()
 	c.uses.record(time.Now())
+}
+
+// InUseOf reads s's limits in use through its Client's Inspector.
+func InUseOf(ctx context.Context, s *Semaphore) (InUse, error) {
+	return inspectorOf(s).InUse(ctx, s.Name())
 }

@@ -18,11 +18,17 @@ import (
 // usePeriod while any is used, and a value new to the Client within
 // freshDelay: never a call per acquire. A record lasts useTTL unless
 // written again, so a dead process's go with it.
-var (
-	usePeriod  = 10 * time.Second
-	useTTL     = 3 * usePeriod
-	freshDelay = 100 * time.Millisecond // new values arriving together go together
-)
+const freshDelay = 100 * time.Millisecond // new values arriving together go together
+
+// usePeriodNs is the period, 10s; a record lasts 3 of them (useTTL). A
+// variable for the tests (export_test.go), atomic as Clients read it
+// from their goroutines.
+var usePeriodNs atomic.Int64
+
+func init() { usePeriodNs.Store(int64(10 * time.Second)) }
+
+func usePeriod() time.Duration { return time.Duration(usePeriodNs.Load()) }
+func useTTL() time.Duration    { return 3 * usePeriod() }
 
 // useKey is one value a Client applies to a name: a Semaphore's limit
 // (rate zero) or a RateLimit's rate (limit 0).
@@ -76,7 +82,7 @@ func (u *uses) mark(k useKey) {
 func (u *uses) take(now time.Time) []useKey {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if now.Sub(u.lastFull) < usePeriod-refreshSlack {
+	if now.Sub(u.lastFull) < usePeriod()-refreshSlack {
 		out := u.fresh
 		u.fresh = nil
 		return out
@@ -98,7 +104,7 @@ func (u *uses) take(now time.Time) []useKey {
 func (u *uses) next(now time.Time) (due time.Time, keep bool) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	due = u.lastFull.Add(usePeriod)
+	due = u.lastFull.Add(usePeriod())
 	if len(u.fresh) > 0 {
 		due = minTime(due, now.Add(freshDelay))
 	}
@@ -117,7 +123,7 @@ func (u *uses) record(now time.Time) {
 	defer cancel()
 	recs := recordsOf(u.c.cfg.prefix, keys)
 	_, _ = bounded(u.c, ctx, func() (struct{}, error) {
-		return struct{}{}, st.RecordUses(ctx, u.c.id, useTTL, recs)
+		return struct{}{}, st.RecordUses(ctx, u.c.id, useTTL(), recs)
 	})
 }
 
