@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redsem/redsem/dashboard"
+	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
 )
 
@@ -214,4 +215,50 @@ func TestBrowserKeepsSelection(t *testing.T) {
 	if later := at(); later == first {
 		t.Errorf("the overview's sample time stays %s", first)
 	}
+}
+
+// textIs waits until the element sel's text is want.
+func textIs(sel, want string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === %q`, sel, want)
+	return void(chromedp.Poll[bool](js, chromedp.WithPollingTimeout(5*time.Second)))
+}
+
+// In a real browser: a name whose limit and rate live only in the
+// processes' code shows them on the overview ("1 of 5", "18/1s burst 1")
+// and on its page, and where processes disagree, each value with how
+// many processes apply it (issue 32).
+func TestBrowserLimitsInUse(t *testing.T) {
+	ctx := newBrowser(t)
+	f := newFixture(t)
+	const name = "partner-api"
+	f.hold(t, f.sem(t, name, 5), "worker-1", 1)
+	rl, err := f.app.RateLimit(name, limiter.Rate{Events: 18, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	row := `tr[data-name="partner-api"] `
+	run(t, ctx, 10*time.Second, "the overview shows the limit and rate in use", chromedp.Navigate(f.http.URL+"/"),
+		textIs(row+"td.limit", "5"), textIs(row+"td.in-use", "1 of 5 "), textIs(row+"td.rate", "18/1s burst 1"))
+	screenshot(t, ctx, "overview-in-use")
+	run(t, ctx, 10*time.Second, "the name's page shows them", chromedp.Navigate(f.http.URL+"/name?name="+name),
+		textIs("dd.limit", "the processes' own: 5 (1 proc)"), textIs("dd.in-use", "1 of 5"),
+		textIs("dd.rate", "the processes' own: 18/1s burst 1 (1 proc)"))
+
+	// Another process (a Client of its own) applies 4.
+	other := redistest.Limiter(t, f.srv.Client(t), limiter.Prefix(testPrefix))
+	s, err := other.Semaphore(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, 10*time.Second, "the page shows the processes disagree",
+		textIs("dd.limit", "the processes' own: 5 (1 proc), 4 (1 proc)"), textIs("dd.in-use", "2"))
+	screenshot(t, ctx, "name-in-use")
+	run(t, ctx, 10*time.Second, "and so does the overview", chromedp.Navigate(f.http.URL+"/"),
+		textIs(row+"td.limit", "5 (1 proc), 4 (1 proc)"))
 }

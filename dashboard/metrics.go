@@ -9,13 +9,14 @@ import (
 // The fleet gauges: per name, what Redis holds, for every process at
 // once (the limiter's own Collector counts one process's calls).
 var (
-	inUseDesc   = fleetDesc("in_use", "Permits in use: the holders' weights summed.")
-	limitDesc   = fleetDesc("limit", "The fleet-wide limit stored in Redis (absent when none is: each process uses its own).")
-	holdersDesc = fleetDesc("holders", "Live leases.")
-	waitersDesc = fleetDesc("waiters", "Requests in the wait queue.")
-	waitDesc    = fleetDesc("oldest_wait_seconds", "How long the longest waiting request has waited, as the dashboard's sampler saw it.")
-	pausedDesc  = fleetDesc("paused_seconds", "How long the name stays paused (0: not paused).")
-	sampleDesc  = prometheus.NewDesc("redsem_fleet_sample_timestamp_seconds",
+	inUseDesc      = fleetDesc("in_use", "Permits in use: the holders' weights summed.")
+	limitDesc      = fleetDesc("limit", "The fleet-wide limit stored in Redis (absent when none is: each process uses its own).")
+	inUseLimitDesc = fleetDesc("limit_in_use", "The limit the name runs at: the fleet-wide limit, else the one its processes' Semaphores apply (absent when they disagree or none recorded one).")
+	holdersDesc    = fleetDesc("holders", "Live leases.")
+	waitersDesc    = fleetDesc("waiters", "Requests in the wait queue.")
+	waitDesc       = fleetDesc("oldest_wait_seconds", "How long the longest waiting request has waited, as the dashboard's sampler saw it.")
+	pausedDesc     = fleetDesc("paused_seconds", "How long the name stays paused (0: not paused).")
+	sampleDesc     = prometheus.NewDesc("redsem_fleet_sample_timestamp_seconds",
 		"When the sample these gauges come from was read (Unix time; 0: none yet).", nil, nil)
 	failedDesc = prometheus.NewDesc("redsem_fleet_sample_failed",
 		"1 when the last sample failed, or none came for 3 intervals (the gauges are then the last good sample's).", nil, nil)
@@ -33,7 +34,8 @@ type collector struct{ s *sampler }
 
 // Collector returns a prometheus.Collector of per-name gauges read from
 // the dashboard's latest sample (redsem_fleet_*): permits in use, fleet
-// limit, holders, waiters, oldest wait, pause; and how many names
+// limit, the limit in use (the fleet's, else the processes' own when
+// they agree), holders, waiters, oldest wait, pause; and how many names
 // MaxNames leaves out (redsem_fleet_names_omitted). A name whose read
 // failed has no gauges. The dashboard's /metrics
 // serves it alone; register it in a registry of your own to export it
@@ -43,7 +45,7 @@ type collector struct{ s *sampler }
 func (d *Dashboard) Collector() prometheus.Collector { return collector{d.s} }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, sampleDesc, failedDesc, omittedDesc} {
+	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, inUseLimitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, sampleDesc, failedDesc, omittedDesc} {
 		ch <- d
 	}
 }
@@ -75,6 +77,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(inUseDesc, float64(v.InUse), v.Name)
 		if v.FleetLimit != nil {
 			gauge(limitDesc, float64(*v.FleetLimit), v.Name)
+		}
+		if l := v.limit(); l != nil {
+			gauge(inUseLimitDesc, float64(*l), v.Name)
 		}
 		gauge(holdersDesc, float64(len(v.Holders)), v.Name)
 		gauge(waitersDesc, float64(len(v.Waiters)), v.Name)

@@ -12,16 +12,21 @@ import (
 
 // row is a name in the overview.
 type row struct {
-	Name         string          `json:"name"`
-	Semaphore    bool            `json:"semaphore"`
-	FleetLimit   *int64          `json:"fleet_limit"`
-	InUse        int64           `json:"in_use"`
-	Holders      int             `json:"holders"`
-	Waiters      int             `json:"waiters"`
-	OldestWaitMs int64           `json:"oldest_wait_ms"`
-	Rate         *namestate.Rate `json:"rate"`
-	Saturated    bool            `json:"saturated"`
-	Err          string          `json:"error,omitempty"` // the name's read failed
+	Name       string `json:"name"`
+	Semaphore  bool   `json:"semaphore"`
+	FleetLimit *int64 `json:"fleet_limit"`
+	// Limit is the limit it runs at (nameView.limit); Limits and Rates
+	// are its processes' own.
+	Limit        *int64                 `json:"limit"`
+	Limits       []namestate.LimitInUse `json:"limits"`
+	Rates        []namestate.RateInUse  `json:"rates"`
+	InUse        int64                  `json:"in_use"`
+	Holders      int                    `json:"holders"`
+	Waiters      int                    `json:"waiters"`
+	OldestWaitMs int64                  `json:"oldest_wait_ms"`
+	Rate         *namestate.Rate        `json:"rate"`
+	Saturated    bool                   `json:"saturated"`
+	Err          string                 `json:"error,omitempty"` // the name's read failed
 	fill         float64
 }
 
@@ -32,7 +37,7 @@ type overview struct {
 }
 
 func rowOf(v nameView) row {
-	return row{Name: v.Name, Semaphore: v.Semaphore, FleetLimit: v.FleetLimit, InUse: v.InUse, Holders: len(v.Holders),
+	return row{Name: v.Name, Semaphore: v.Semaphore, FleetLimit: v.FleetLimit, Limit: v.limit(), Limits: v.Limits, Rates: v.Rates, InUse: v.InUse, Holders: len(v.Holders),
 		Waiters: len(v.Waiters), OldestWaitMs: v.OldestWaitMs, Rate: v.Rate, Saturated: v.Saturated, Err: v.Err, fill: v.fill()}
 }
 

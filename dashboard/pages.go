@@ -21,6 +21,16 @@ var templateFiles embed.FS
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"dur":      durText,
 	"limit":    limitText,
+	"limits":   func(ls []namestate.LimitInUse) string { return namestate.LimitsText(ls, true) },
+	"rates":    func(rs []namestate.RateInUse) string { return namestate.RatesText(rs, true) },
+	"ownLimit": func(ls []namestate.LimitInUse) string { return namestate.LimitsText(ls, false) },
+	"ownRate":  func(rs []namestate.RateInUse) string { return namestate.RatesText(rs, false) },
+	"inUseOf": func(n int64, fleet *int64, ls []namestate.LimitInUse) string {
+		if l := namestate.Effective(fleet, ls); l != nil {
+			return fmt.Sprintf("%d of %d", n, *l)
+		}
+		return fmt.Sprint(n)
+	},
 	"rate":     (*namestate.RateJSON).Text,
 	"nextFree": func(ms *int64) string { return namestate.NextFreeText(ms, durText) },
 	"paused":   func(ms int64) string { return namestate.PausedText(ms, durText) },

@@ -384,8 +384,13 @@ type nameRead struct {
 // readName reads a listed name; a failure is the name's (see nameRead).
 func readName(ctx context.Context, in *limiter.Inspector, name string, sem bool) nameRead {
 	if !sem {
+		u, err := in.InUse(ctx, name)
+		if err != nil {
+			return withErr(nameRead{v: nameView{Name: name}, has: true}, err)
+		}
 		r, _, err := namestate.ReadRate(ctx, in, name)
-		return withErr(nameRead{v: nameView{Name: name, Holders: []holderView{}, Waiters: []waiterView{}, Rate: &r}, has: true}, err)
+		v := nameView{Name: name, Limits: []namestate.LimitInUse{}, Rates: namestate.RatesOf(u), Holders: []holderView{}, Waiters: []waiterView{}, Rate: &r}
+		return withErr(nameRead{v: v, has: true}, err)
 	}
 	st, err := namestate.Read(ctx, in, name)
 	return withErr(nameRead{v: semView(st), has: true}, err)
@@ -403,7 +408,7 @@ func readWanted(ctx context.Context, in *limiter.Inspector, name string) (nameRe
 		return nameRead{v: semView(st), has: true}, nil
 	}
 	if st.Rate != nil {
-		return nameRead{v: nameView{Name: name, Holders: []holderView{}, Waiters: []waiterView{}, Rate: st.Rate}, has: true}, nil
+		return nameRead{v: nameView{Name: name, Limits: st.Limits, Rates: st.Rates, Holders: []holderView{}, Waiters: []waiterView{}, Rate: st.Rate}, has: true}, nil
 	}
 	return nameRead{}, nil
 }
@@ -411,7 +416,8 @@ func readWanted(ctx context.Context, in *limiter.Inspector, name string) (nameRe
 func withErr(r nameRead, err error) nameRead {
 	if err != nil {
 		r.err = err
-		r.v = nameView{Name: r.v.Name, Semaphore: r.v.Semaphore, Holders: []holderView{}, Waiters: []waiterView{}, Err: err.Error()}
+		r.v = nameView{Name: r.v.Name, Semaphore: r.v.Semaphore, Limits: []namestate.LimitInUse{}, Rates: []namestate.RateInUse{},
+			Holders: []holderView{}, Waiters: []waiterView{}, Err: err.Error()}
 	}
 	return r
 }
@@ -424,7 +430,7 @@ func isReplyError(err error) bool {
 }
 
 func semView(st namestate.State) nameView {
-	v := nameView{Name: st.Name, Semaphore: true, FleetLimit: st.FleetLimit, InUse: st.InUse, Rate: st.Rate,
+	v := nameView{Name: st.Name, Semaphore: true, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: st.Rates, InUse: st.InUse, Rate: st.Rate,
 		Holders: make([]holderView, len(st.Holders)), Waiters: make([]waiterView, len(st.Waiters))}
 	for i, h := range st.Holders {
 		v.Holders[i] = holderView{Holder: h}
@@ -458,8 +464,8 @@ func (s *sampler) record(now time.Time, views []nameView, tick bool) {
 		v.Saturated = saturated(*v)
 		p := point{at: now.UnixMilli(), inUse: float32(v.InUse), limit: float32(math.NaN()), waiters: float32(len(v.Waiters)),
 			grants: float32(math.NaN()), oldestWait: float32(v.OldestWaitMs) / 1000}
-		if v.FleetLimit != nil {
-			p.limit = float32(*v.FleetLimit)
+		if l := v.limit(); l != nil {
+			p.limit = float32(*l)
 		}
 		if !first {
 			p.grants = float32(float64(grants) / elapsed)

@@ -12,11 +12,15 @@ type nameView struct {
 	Name string `json:"name"`
 	// Semaphore: Redis holds semaphore state for the name (else it is a
 	// rate limit only).
-	Semaphore  bool         `json:"semaphore"`
-	FleetLimit *int64       `json:"fleet_limit"` // null: each process uses its own
-	InUse      int64        `json:"in_use"`
-	Holders    []holderView `json:"holders"` // oldest grant first
-	Waiters    []waiterView `json:"waiters"` // in serving order
+	Semaphore  bool   `json:"semaphore"`
+	FleetLimit *int64 `json:"fleet_limit"` // null: each process uses its own
+	// Limits are the limits its processes apply, Rates their rates, each
+	// with how many processes apply it (namestate.State's).
+	Limits  []namestate.LimitInUse `json:"limits"`
+	Rates   []namestate.RateInUse  `json:"rates"`
+	InUse   int64                  `json:"in_use"`
+	Holders []holderView           `json:"holders"` // oldest grant first
+	Waiters []waiterView           `json:"waiters"` // in serving order
 	// OldestWaitMs is the age of the longest waiting request (0: none).
 	OldestWaitMs int64 `json:"oldest_wait_ms"`
 	// Rate is the rate limit of the name: null when it has no fleet rate,
@@ -70,14 +74,20 @@ func saturated(v nameView) bool {
 	if r := v.Rate; r != nil && (r.PausedMs > 0 || (r.NextFreeMs != nil && *r.NextFreeMs > 0)) {
 		return true
 	}
-	return len(v.Waiters) > 0 || (v.FleetLimit != nil && v.InUse >= *v.FleetLimit)
+	l := v.limit()
+	return len(v.Waiters) > 0 || (l != nil && v.InUse >= *l)
 }
 
-// fill is the share of the fleet limit in use, or -1 when no fleet limit
-// is set.
+// limit is the limit the name runs at: the fleet limit, else the one its
+// processes agree on; nil when they disagree or none is known.
+func (v nameView) limit() *int64 { return namestate.Effective(v.FleetLimit, v.Limits) }
+
+// fill is the share of the limit in use, or -1 when the limit is not
+// known.
 func (v nameView) fill() float64 {
-	if v.FleetLimit == nil || *v.FleetLimit == 0 {
+	l := v.limit()
+	if l == nil || *l == 0 {
 		return -1
 	}
-	return float64(v.InUse) / float64(*v.FleetLimit)
+	return float64(v.InUse) / float64(*l)
 }

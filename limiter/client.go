@@ -42,6 +42,7 @@ type Client struct {
 	idle    chan struct{}
 
 	refresher  *refresher
+	uses       *uses // the limits it applies, which the refresher records
 	hub        *hub
 	eviction   evictionCheck
 	quarantine quarantineNotice
@@ -78,6 +79,7 @@ func newClient(opts []Option, open func(*Client) store.Store) (*Client, error) {
 		return nil, err
 	}
 	c.refresher = newRefresher(c)
+	c.uses = newUses(c)
 	c.hub = newHub(c)
 	return c, nil
 }

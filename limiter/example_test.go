@@ -248,3 +248,42 @@ func ExampleInspector_Pause() {
 	// Output:
 	// paused for about 30s
 }
+
+// What a name runs at when its limit and rate live only in code: each
+// Client records them with its keep-alive, within 0.1s of their first
+// use, and the Inspector counts the processes that apply each.
+func ExampleInspector_InUse() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
+	ctx := context.Background()
+
+	sem, _ := client.Semaphore("example:in-use", 5)
+	lease, err := sem.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+	rl, _ := client.RateLimit("example:in-use", limiter.Rate{Events: 18, Per: time.Second, Burst: 1})
+	if err := rl.Wait(ctx); err != nil {
+		panic(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the record goes within 0.1s
+
+	u, err := client.Inspector().InUse(ctx, "example:in-use")
+	if err != nil {
+		panic(err) // a Redis failure, wrapped; ctx's end; ErrClosed
+	}
+	fmt.Println("fleet limit:", u.FleetLimit)
+	for _, l := range u.Limits {
+		fmt.Printf("limit %d (%d processes)\n", l.Limit, l.Processes)
+	}
+	for _, r := range u.Rates {
+		fmt.Printf("rate %v (%d processes)\n", r.Rate, r.Processes)
+	}
+	// Output:
+	// fleet limit: 0
+	// limit 5 (1 processes)
+	// rate 18/1s burst 1 (1 processes)
+}

@@ -97,3 +97,27 @@ func inspectorOf(s *Semaphore) *Inspector { return s.c.Inspector() }
 // SetShardWakes replaces the hub's shard subscriber (a test plays one
 // whose placement fails).
 func SetShardWakes(c *Client, sw store.ShardWakes) { c.hub.shards = sw }
+
+// SetUsePeriod makes every Client of this process record its limits in
+// use every d, each record lasting 3d: the tests' and their children's
+// short expiry. It returns the previous period.
+func SetUsePeriod(d time.Duration) time.Duration {
+	return time.Duration(usePeriodNs.Swap(int64(d)))
+}
+
+// RecordUses marks every name of names used under limit and has c
+// record them at once, as its refresher does every period.
+func RecordUses(c *Client, names []string, limit int64) {
+	for _, n := range names {
+		c.uses.mark(useKey{name: n, limit: limit})
+	}
+	c.uses.mu.Lock()
+	c.uses.lastFull = time.Time{} // a full record
+	c.uses.mu.Unlock()
+	c.uses.record(time.Now())
+}
+
+// InUseOf reads s's limits in use through its Client's Inspector.
+func InUseOf(ctx context.Context, s *Semaphore) (InUse, error) {
+	return inspectorOf(s).InUse(ctx, s.Name())
+}

@@ -72,6 +72,12 @@ func TestRefusedTryReadsLeasesOnce(t *testing.T) {
 	if _, err := mu.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("TryAcquire on a held mutex: %v, want ErrBusy", err)
 	}
+	// The holder's record of its limit in use (within 0.1s of the grant)
+	// is its keep-alive's, not the tries': let it land first.
+	redistest.Eventually(t, 5*time.Second, "the holder's limit recorded", func() bool {
+		u, err := limiter.InUseOf(ctx, holderMu)
+		return err == nil && len(u.Limits) > 0
+	})
 
 	srv.ResetStats(t)
 	const n = 20

@@ -3,6 +3,7 @@ package limiter
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // refresher keeps alive everything one Client holds or waits for: leases
-// (every RefreshInterval) and queue entries (every QueueTTL/3). Entries are
+// (every RefreshInterval) and queue entries (every QueueTTL/3); and it
+// records the limits the Client uses (uses.go) in the same rounds. Entries are
 // kept in a heap by due time; those due together are sent together, one
 // script call per semaphore, so a Client holding 10,000 leases of one name
 // sends a handful of calls per round, not 10,000. Its goroutine runs
@@ -39,6 +41,7 @@ type refresher struct {
 type entry struct {
 	lease    *Lease
 	waiter   *waiter
+	uses     *uses // the Client's record of its limits in use
 	due      time.Time
 	interval time.Duration
 	index    int // in the heap; -1 while being refreshed or after removal
@@ -64,7 +67,33 @@ func (r *refresher) addLease(l *Lease, due time.Time) {
 }
 
 func (r *refresher) addWaiter(w *waiter) {
+	w.sem.c.uses.mark(useKey{name: w.sem.name, limit: w.sem.limit})
 	r.add(w, &entry{waiter: w, due: time.Now().Add(store.QueueTTL / 3), interval: store.QueueTTL / 3}, func() bool { return true })
+}
+
+// refreshSlack is how early the record of the limits in use goes, so
+// that it rides along with a round of lease refreshes (every second or
+// more often, at the default TTL) rather than have one of its own.
+const refreshSlack = time.Second
+
+// addUses has the Client's limits in use recorded by due (or earlier, if
+// already due sooner).
+func (r *refresher) addUses(u *uses, due time.Time) {
+	r.mu.Lock()
+	if e := r.byOwner[u]; e != nil {
+		// Being recorded (index -1): its next due time counts the new.
+		if e.index >= 0 && due.Before(e.due) {
+			e.due = due
+			heap.Fix(&r.entries, e.index)
+			if due.Before(r.wakeAt) {
+				r.wake()
+			}
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.add(u, &entry{uses: u, due: due, interval: 2 * refreshSlack}, func() bool { return true })
 }
 
 func (r *refresher) add(owner any, e *entry, live func() bool) {
@@ -184,7 +213,28 @@ func (r *refresher) due(now time.Time) (batch []*entry, next time.Time, ok bool)
 // the entries back with their next due time.
 func (r *refresher) refresh(entries []*entry) {
 	sent := time.Now()
-	batches, deadline := batchesOf(entries, sent)
+	var rec *entry
+	if i := slices.IndexFunc(entries, func(e *entry) bool { return e.uses != nil }); i >= 0 {
+		rec = entries[i]
+		entries = slices.Delete(slices.Clone(entries), i, i+1)
+	}
+	retry := r.refreshLeases(sent, entries)
+	if rec != nil {
+		// After the leases: a record's call never delays theirs.
+		rec.uses.record(sent)
+		entries = append(entries, rec)
+	}
+	r.requeue(sent, entries, retry)
+}
+
+// refreshLeases sends the leases' and waiters' batches, applies the
+// answers, and returns the entries whose refresh failed.
+func (r *refresher) refreshLeases(sent time.Time, entries []*entry) map[*entry]bool {
+	retry := map[*entry]bool{}
+	if len(entries) == 0 {
+		return retry
+	}
+	batches, deadline := batchesOf(r.c.uses, entries, sent)
 	reqs := make([]store.RefreshBatch, len(batches))
 	for i, b := range batches {
 		reqs[i] = b.req
@@ -192,7 +242,6 @@ func (r *refresher) refresh(entries []*entry) {
 	ctx, cancel := context.WithDeadline(r.c.ctx, deadline)
 	results, err := bounded(r.c, ctx, func() ([]store.RefreshResult, error) { return r.c.st.Refresh(ctx, reqs), nil })
 	cancel()
-	retry := map[*entry]bool{}
 	for i, b := range batches {
 		res := store.RefreshResult{Err: err}
 		if err == nil {
@@ -200,6 +249,12 @@ func (r *refresher) refresh(entries []*entry) {
 		}
 		b.apply(sent, res, retry)
 	}
+	return retry
+}
+
+// requeue puts the entries back with their next due time; the record of
+// the limits in use leaves when nothing is in use.
+func (r *refresher) requeue(sent time.Time, entries []*entry, retry map[*entry]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range entries {
@@ -207,6 +262,13 @@ func (r *refresher) refresh(entries []*entry) {
 			continue
 		}
 		e.due = sent.Add(e.interval)
+		if e.uses != nil {
+			var keep bool
+			if e.due, keep = e.uses.next(time.Now()); !keep {
+				r.removeLocked(e.uses)
+				continue
+			}
+		}
 		if retry[e] {
 			// Soon: the local deadline, not this failure, decides loss.
 			e.due = time.Now().Add(max(e.interval/4, 10*time.Millisecond))
@@ -226,7 +288,7 @@ type batch struct {
 // batchesOf groups entries by semaphore. deadline bounds the call: a
 // reply after every lease's local deadline is useless, and a hung server
 // must not stall the refresher longer.
-func batchesOf(entries []*entry, sent time.Time) (out []*batch, deadline time.Time) {
+func batchesOf(u *uses, entries []*entry, sent time.Time) (out []*batch, deadline time.Time) {
 	deadline = sent.Add(store.QueueTTL / 3)
 	index := map[string]*batch{}
 	for _, e := range entries {
@@ -238,11 +300,13 @@ func batchesOf(entries []*entry, sent time.Time) (out []*batch, deadline time.Ti
 			out = append(out, b)
 		}
 		if l := e.lease; l != nil {
+			u.mark(useKey{name: l.sem.name, limit: l.sem.limit})
 			b.req.Leases = append(b.req.Leases, l.refreshItem())
 			b.req.Replicas = b.req.Replicas.Stricter(l.sem.cfg.replicas)
 			b.leases = append(b.leases, e)
 			deadline = maxTime(deadline, l.localDeadline())
 		} else {
+			u.mark(useKey{name: e.waiter.sem.name, limit: e.waiter.sem.limit})
 			b.req.Waits = append(b.req.Waits, e.waiter.id)
 			b.waiters = append(b.waiters, e)
 		}

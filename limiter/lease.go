@@ -103,6 +103,7 @@ func newLease(parent context.Context, s *Semaphore, id string, given bool, r sto
 	l.watchdog = time.AfterFunc(time.Until(deadline), l.expire)
 	l.mu.Unlock()
 	s.cfg.observer.Held(s.name, 1)
+	s.c.uses.mark(useKey{name: s.name, limit: s.limit})
 	if keep == byRefresher {
 		// A shorter life (a direct grant) is extended to the TTL by the first
 		// refresh, late enough that a short hold ends before it.

@@ -242,6 +242,7 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	if err := rl.c.checkEviction(ctx); err != nil {
 		return store.ReserveReply{}, err
 	}
+	rl.c.uses.mark(useKey{name: rl.name, rate: rl.rate})
 	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0}
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {

@@ -390,6 +390,10 @@ func testFencing(t *testing.T, b backend) {
 }
 
 func testFencingIdle(t *testing.T, b backend) {
+	// Records of the limits in use live 3 periods (30s by default): short
+	// here, so that every key of the name goes within the wait below.
+	old := limiter.SetUsePeriod(500 * time.Millisecond)
+	defer limiter.SetUsePeriod(old)
 	rdb := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
 	prefix := fmt.Sprintf("idle%d:", nameSeq.Add(1))

@@ -132,8 +132,8 @@ func TestBinary(t *testing.T) {
 		{"bad interval", nil, []string{"-addr", addr, "-interval", "0s", "watch", "jobs"}, 2, "", "-interval must be > 0"},
 		{"addr and cluster", nil, []string{"-addr", addr, "-cluster", addr, "ls"}, 2, "", "exclude each other"},
 		{"bad REDIS_URL", []string{"REDIS_URL=ftp://x"}, []string{"ls"}, 2, "", "REDIS_URL"},
-		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  semaphore  -      2       1        0        -          -\n", ""},
-		{"ls waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "full  semaphore  -      1       1        1        -          -\n", ""},
+		{"ls", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "jobs  semaphore  5      2       1        0        -          -\n", ""},
+		{"ls waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "ls"}, 0, "full  semaphore  1      1       1        1        -          -\n", ""},
 		{"show waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "waiters:  1\n", ""},
 		{"show the queue", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full"}, 0, "QUEUE  WAIT ID", ""},
 		{"show -json waiters", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "full", "-json"}, 0, `"id": "` + ws[0].ID + `"`, ""},
@@ -142,7 +142,7 @@ func TestBinary(t *testing.T) {
 		{"default prefix sees nothing", nil, []string{"-addr", addr, "ls"}, 0, "no semaphores", ""},
 		{"REDIS_URL", []string{"REDIS_URL=redis://" + addr + "/0"}, []string{"-prefix", testPrefix, "ls"}, 0, "jobs", ""},
 		{"REDIS_URL db 1", []string{"REDIS_URL=redis://" + addr + "/1"}, []string{"-prefix", testPrefix, "ls"}, 0, "no semaphores", ""},
-		{"show", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "jobs"}, 0, "in use:   2", ""},
+		{"show", nil, []string{"-addr", addr, "-prefix", testPrefix, "show", "jobs"}, 0, "in use:   2 of 5", ""},
 		{"release unknown id", nil, []string{"-addr", addr, "-prefix", testPrefix, "release", "jobs", "zz"}, 1, "", `no lease with id "zz"`},
 		{"unreachable", nil, []string{"-addr", closedAddr(t), "ls"}, 1, "", "cannot connect to Redis at 127.0.0.1:"},
 	}
@@ -218,7 +218,7 @@ func TestBinaryWatch(t *testing.T) {
 		stderr      bytes.Buffer
 	}
 	ws := []*watcher{
-		{sig: os.Interrupt, first: " jobs limit=- in_use=2 holders=1 [a:2] waiters=0 []", next: " jobs limit=- in_use=0 holders=0 [] waiters=0 []"},
+		{sig: os.Interrupt, first: " jobs limit=5 in_use=2 holders=1 [a:2] waiters=0 []", next: " jobs limit=5 in_use=0 holders=0 [] waiters=0 []"},
 		{sig: syscall.SIGTERM, json: true, first: `"holders":[{"id":"a","weight":2,"token":` + strconv.FormatInt(a.Token(), 10),
 			next: `"in_use":0,"holders":[],"waiters":[]}`},
 	}

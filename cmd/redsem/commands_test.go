@@ -19,6 +19,11 @@ import (
 func ptr(n int64) *int64 { return &n }
 
 // lines splits text output into lines of whitespace-separated fields.
+// inUse is the limits in use of a name that one process uses at limit.
+func inUse(limit int64) []namestate.LimitInUse {
+	return []namestate.LimitInUse{{Limit: limit, Processes: 1}}
+}
+
 func lines(out string) [][]string {
 	var ls [][]string
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -46,7 +51,9 @@ func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.hold(t, s, "o", 1)
+	if _, err := s.TryAcquire(f.ctx(), limiter.ID("o")); err != nil { // not the holder's: f.hold would wait for its record
+		t.Fatal(err)
+	}
 	return a, b, x
 }
 
@@ -72,8 +79,9 @@ func TestLs(t *testing.T) {
 	want := [][]string{
 		{"NAME", "KIND", "LIMIT", "IN", "USE", "HOLDERS", "WAITERS", "NEXT", "FREE", "PAUSED"},
 		{"api:github", "semaphore", "3", "1", "1", "0", "-", "-"},
-		{"jobs", "semaphore", "-", "3", "2", "0", "-", "-"},
-		{"queued", "semaphore", "-", "3", "1", "3", "-", "-"},
+		// The limits in code, as the Clients recorded them (issue 32).
+		{"jobs", "semaphore", "5", "3", "2", "0", "-", "-"},
+		{"queued", "semaphore", "3", "3", "1", "3", "-", "-"},
 	}
 	if got := lines(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("ls:\n%s\nwant rows %q", out, want)
@@ -85,9 +93,9 @@ func TestLs(t *testing.T) {
 		t.Fatalf("ls -json is not JSON: %v\n%s", err, out)
 	}
 	wantJSON := []namestate.Entry{
-		{Name: "api:github", Kind: namestate.KindSemaphore, FleetLimit: ptr(3), InUse: 1, Holders: 1, Waiters: 0},
-		{Name: "jobs", Kind: namestate.KindSemaphore, FleetLimit: nil, InUse: 3, Holders: 2, Waiters: 0},
-		{Name: "queued", Kind: namestate.KindSemaphore, FleetLimit: nil, InUse: 3, Holders: 1, Waiters: 3},
+		{Name: "api:github", Kind: namestate.KindSemaphore, FleetLimit: ptr(3), Limits: inUse(10), Rates: []namestate.RateInUse{}, InUse: 1, Holders: 1, Waiters: 0},
+		{Name: "jobs", Kind: namestate.KindSemaphore, FleetLimit: nil, Limits: inUse(5), Rates: []namestate.RateInUse{}, InUse: 3, Holders: 2, Waiters: 0},
+		{Name: "queued", Kind: namestate.KindSemaphore, FleetLimit: nil, Limits: inUse(3), Rates: []namestate.RateInUse{}, InUse: 3, Holders: 1, Waiters: 3},
 	}
 	if !reflect.DeepEqual(entries, wantJSON) {
 		t.Errorf("ls -json:\n%s", out)
@@ -119,8 +127,8 @@ func TestShow(t *testing.T) {
 	got := lines(out)
 	head := [][]string{
 		{"name:", "jobs"},
-		{"limit:", "-", "(no", "fleet", "limit:", "each", "process", "uses", "its", "own)"},
-		{"in", "use:", "3"},
+		{"limit:", "the", "processes'", "own:", "5", "(1", "proc)"},
+		{"in", "use:", "3", "of", "5"},
 		{"holders:", "2"},
 		{"waiters:", "0"},
 		{},
@@ -173,8 +181,8 @@ func TestShowWaiters(t *testing.T) {
 	got := lines(out)
 	head := [][]string{
 		{"name:", "queued"},
-		{"limit:", "-", "(no", "fleet", "limit:", "each", "process", "uses", "its", "own)"},
-		{"in", "use:", "3"},
+		{"limit:", "the", "processes'", "own:", "3", "(1", "proc)"},
+		{"in", "use:", "3", "of", "3"},
 		{"holders:", "1"},
 		{"waiters:", "3"},
 		{},

@@ -25,7 +25,9 @@ func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJ
 }
 
 // writeLs is the table of ls. A column that does not apply to a kind
-// shows "-": a rate's LIMIT is its fleet rate.
+// shows "-". LIMIT is the fleet limit, else the limits the processes
+// apply ("5 (2 procs), 4 (1 proc)" where they disagree); a rate's is its
+// rate, likewise.
 func writeLs(w io.Writer, entries []namestate.Entry) error {
 	if len(entries) == 0 {
 		_, err := fmt.Fprintln(w, "no semaphores or rate limits")
@@ -35,10 +37,10 @@ func writeLs(w io.Writer, entries []namestate.Entry) error {
 	fmt.Fprintln(tw, "NAME\tKIND\tLIMIT\tIN USE\tHOLDERS\tWAITERS\tNEXT FREE\tPAUSED")
 	for _, e := range entries {
 		if e.Kind == namestate.KindRate {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\t%s\n", e.Name, e.Kind, e.FleetRate.Text(), namestate.NextFreeText(e.NextFreeMs, ttlText), namestate.PausedText(e.PausedMs, ttlText))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t%s\t%s\n", e.Name, e.Kind, rateInUseText(e.FleetRate, e.Rates, false), namestate.NextFreeText(e.NextFreeMs, ttlText), namestate.PausedText(e.PausedMs, ttlText))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t-\t%s\n", e.Name, e.Kind, limitText(e.FleetLimit), e.InUse, e.Holders, e.Waiters, namestate.PausedText(e.PausedMs, ttlText))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t-\t%s\n", e.Name, e.Kind, limitInUseText(e.FleetLimit, e.Limits, false), e.InUse, e.Holders, e.Waiters, namestate.PausedText(e.PausedMs, ttlText))
 	}
 	return tw.Flush()
 }

@@ -78,10 +78,11 @@ func TestLsRates(t *testing.T) {
 	out := f.run(t, func(w *bytes.Buffer) error { return ls(f.ctx(), w, f.cli, "", false) })
 	want := [][]any{
 		{"NAME", "KIND", "LIMIT", "IN", "USE", "HOLDERS", "WAITERS", "NEXT", "FREE", "PAUSED"},
-		{"api:github", "semaphore", "-", "1", "1", "0", "-", "-"},
+		// The limits and rates in code, as the Clients recorded them.
+		{"api:github", "semaphore", "10", "1", "1", "0", "-", "-"},
 		{"api:github", "rate", "100/1m0s", "burst", "20", "-", "-", "-", "now", "-"},
-		{"jobs", "semaphore", "-", "1", "1", "0", "-", countdown{59 * time.Second, time.Minute}},
-		{"mail", "rate", "-", "-", "-", "-", "-", countdown{29 * time.Second, 30 * time.Second}},
+		{"jobs", "semaphore", "5", "1", "1", "0", "-", countdown{59 * time.Second, time.Minute}},
+		{"mail", "rate", "1/1h0m0s", "burst", "1", "-", "-", "-", "-", countdown{29 * time.Second, 30 * time.Second}},
 		{"slow", "rate", "1/1h0m0s", "burst", "1", "-", "-", "-", countdown{59 * time.Minute, time.Hour}, "-"},
 	}
 	got := lines(out)
@@ -137,14 +138,14 @@ func TestShowRate(t *testing.T) {
 	}{
 		{"api:github", [][]any{
 			{},
-			{"rate:", "100/1m0s", "burst", "20", "(fleet)"},
+			{"rate:", "100/1m0s", "burst", "20", "(fleet);", "the", "processes'", "own:", "1/1h0m0s", "burst", "1", "(1", "proc)"},
 			{"next", "free:", "now"},
 			{"paused", "for:", "-"},
 			{}, // the holders follow
 		}},
 		{"mail", [][]any{
 			{},
-			{"rate:", "-", "(no", "fleet", "rate:", "each", "process", "uses", "its", "own)"},
+			{"rate:", "the", "processes'", "own:", "1/1h0m0s", "burst", "1", "(1", "proc)"},
 			{"next", "free:", "-", "(by", "each", "process's", "own", "rate)"},
 			{"paused", "for:", countdown{29 * time.Second, 30 * time.Second}},
 		}},

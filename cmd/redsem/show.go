@@ -28,17 +28,22 @@ func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJS
 // aligns the parts apart: a line without a tab ends a column block.
 func writeState(w io.Writer, st namestate.State) error {
 	limit := limitText(st.FleetLimit) + " (fleet)"
-	if st.FleetLimit == nil {
-		limit = noFleetLimit
+	switch {
+	case st.FleetLimit != nil && len(st.Limits) > 0:
+		limit += "; the processes' own: " + namestate.LimitsText(st.Limits, true)
+	case st.FleetLimit == nil && len(st.Limits) > 0:
+		limit = "the processes' own: " + namestate.LimitsText(st.Limits, true)
+	case st.FleetLimit == nil:
+		limit = noLimitInUse
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", st.Name)
 	fmt.Fprintf(tw, "limit:\t%s\n", limit)
-	fmt.Fprintf(tw, "in use:\t%d\n", st.InUse)
+	fmt.Fprintf(tw, "in use:\t%s\n", inUseOf(st))
 	fmt.Fprintf(tw, "holders:\t%d\n", len(st.Holders))
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))
-	if st.Rate != nil {
-		writeRate(tw, *st.Rate)
+	if st.Rate != nil || len(st.Rates) > 0 {
+		writeRate(tw, st.Rate, st.Rates)
 	}
 	if len(st.Holders) > 0 {
 		fmt.Fprintln(tw, "\nID\tWEIGHT\tTOKEN\tTTL")
@@ -56,10 +61,20 @@ func writeState(w io.Writer, st namestate.State) error {
 }
 
 // writeRate is the rate section of show, after a blank line: the fleet
-// rate, when the next event may go by it, and the pause.
-func writeRate(w io.Writer, v namestate.Rate) {
+// rate or the processes' own, when the next event may go by the fleet
+// rate, and the pause. v is nil when Redis holds no rate state.
+func writeRate(w io.Writer, pv *namestate.Rate, rates []namestate.RateInUse) {
+	var v namestate.Rate
+	if pv != nil {
+		v = *pv
+	}
 	rate := v.FleetRate.Text() + " (fleet)"
-	if v.FleetRate == nil {
+	switch {
+	case v.FleetRate != nil && len(rates) > 0:
+		rate += "; the processes' own: " + namestate.RatesText(rates, true)
+	case v.FleetRate == nil && len(rates) > 0:
+		rate = "the processes' own: " + namestate.RatesText(rates, true)
+	case v.FleetRate == nil:
 		rate = noFleetRate
 	}
 	next := namestate.NextFreeText(v.NextFreeMs, ttlText)

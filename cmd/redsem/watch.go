@@ -109,7 +109,7 @@ func changeKey(st namestate.State, err error) string {
 		return "error: " + err.Error()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%d", limitText(st.FleetLimit), st.InUse)
+	fmt.Fprintf(&b, "%s|%s|%d", limitText(st.FleetLimit), namestate.LimitsText(st.Limits, true), st.InUse)
 	for _, h := range st.Holders {
 		fmt.Fprintf(&b, "|h %q %d %d", h.ID, h.Weight, h.Token)
 	}
@@ -119,6 +119,7 @@ func changeKey(st namestate.State, err error) string {
 	if st.Rate != nil { // not its times, which count down as TTLs do
 		fmt.Fprintf(&b, "|r %s %v", st.Rate.FleetRate.Text(), st.Rate.PausedMs > 0)
 	}
+	fmt.Fprintf(&b, "|%s", namestate.RatesText(st.Rates, true))
 	return b.String()
 }
 
@@ -129,9 +130,13 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 //
 //	TIME NAME limit=L in_use=N holders=2 [ID:WEIGHT ...] waiters=1 [WAITID:WEIGHT]
 //
-// followed, when the name has rate state or a pause, by
+// followed, when the name has rate state, a pause or a rate in use, by
 //
 //	rate=EVENTS/PER burst=B next_free=D paused=D
+//
+// L is the fleet limit, else the processes' own ("5", or
+// "5(2procs),4(1proc)" where they disagree), else "-"; the rate likewise
+// ("rate=18/1s(2procs),9/1s(1proc) burst=1,1").
 func changeLine(name string, st namestate.State, err error, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(now.Format(timeLayout))
@@ -141,7 +146,8 @@ func changeLine(name string, st namestate.State, err error, now time.Time) strin
 		fmt.Fprintf(&b, " error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return b.String()
 	}
-	fmt.Fprintf(&b, " limit=%s in_use=%d holders=%d [", limitText(st.FleetLimit), st.InUse, len(st.Holders))
+	limit := strings.ReplaceAll(limitInUseText(st.FleetLimit, st.Limits, false), " ", "")
+	fmt.Fprintf(&b, " limit=%s in_use=%d holders=%d [", limit, st.InUse, len(st.Holders))
 	for i, h := range st.Holders {
 		if i > 0 {
 			b.WriteString(" ")
@@ -156,20 +162,38 @@ func changeLine(name string, st namestate.State, err error, now time.Time) strin
 		fmt.Fprintf(&b, "%s:%d", idText(q.ID), q.Weight)
 	}
 	b.WriteString("]")
-	if r := st.Rate; r != nil {
-		fmt.Fprintf(&b, " rate=%s next_free=%s paused=%s", rateLineText(r.FleetRate), namestate.NextFreeText(r.NextFreeMs, ttlText), namestate.PausedText(r.PausedMs, ttlText))
+	if st.Rate != nil || len(st.Rates) > 0 {
+		var r namestate.Rate
+		if st.Rate != nil {
+			r = *st.Rate
+		}
+		fmt.Fprintf(&b, " rate=%s next_free=%s paused=%s", rateLineText(r.FleetRate, st.Rates), namestate.NextFreeText(r.NextFreeMs, ttlText), namestate.PausedText(r.PausedMs, ttlText))
 	}
 	b.WriteString("\n")
 	return b.String()
 }
 
-// rateLineText is a fleet rate in a line of watch, in two fields:
-// rate=100/1m0s burst=20 (or rate=-).
-func rateLineText(r *namestate.RateJSON) string {
-	if r == nil {
+// rateLineText is the rate a name runs at in a line of watch, in two
+// fields: the fleet rate, else the processes' own, rate=100/1m0s
+// burst=20, or rate=18/1s(2procs),9/1s(1proc) burst=1,1 where they
+// disagree (or rate=-).
+func rateLineText(fleet *namestate.RateJSON, rates []namestate.RateInUse) string {
+	if r := namestate.EffectiveRate(fleet, rates); r != nil {
+		return fmt.Sprintf("%d/%s burst=%d", r.Events, r.Per, r.Burst)
+	}
+	if len(rates) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d/%s burst=%d", r.Events, r.Per, r.Burst)
+	per, bursts := make([]string, len(rates)), make([]string, len(rates))
+	for i, r := range rates {
+		unit := "procs"
+		if r.Processes == 1 {
+			unit = "proc"
+		}
+		per[i] = fmt.Sprintf("%d/%s(%d%s)", r.Events, r.Per, r.Processes, unit)
+		bursts[i] = strconv.FormatInt(r.Burst, 10)
+	}
+	return strings.Join(per, ",") + " burst=" + strings.Join(bursts, ",")
 }
 
 // quoted quotes s when it would make a line ambiguous: empty, with a

@@ -31,6 +31,11 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 	var text, js, screen bytes.Buffer // each written by one watch, read once they return
 	var wg sync.WaitGroup
+	// Its limit recorded before the watch starts: each line shows it.
+	if l, err := jobs.TryAcquire(f.ctx()); err != nil || l.Release(f.ctx()) != nil {
+		t.Fatal(err)
+	}
+	f.recorded(t, "jobs")
 	start := time.Now()
 	for _, c := range []struct {
 		w *bytes.Buffer
@@ -86,12 +91,12 @@ func TestWatch(t *testing.T) {
 		after, before time.Time
 		optional      bool
 	}{
-		{regexp.MustCompile(`^jobs limit=- in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", start, tAcquire, false},
-		{regexp.MustCompile(`^jobs limit=- in_use=1 holders=1 \[a:1\] waiters=0 \[\]$`), "h:a ", tAcquire, tQueue, false},
-		{regexp.MustCompile(`^jobs limit=- in_use=1 holders=1 \[a:1\] waiters=1 \[\S+:1\]$`), "h:a w ", tQueue, tRelease, false},
-		{regexp.MustCompile(`^jobs limit=- in_use=0 holders=0 \[\] waiters=1 \[\S+:1\]$`), "w ", tRelease, tReleaseW, true},
-		{regexp.MustCompile(`^jobs limit=- in_use=1 holders=1 \[w:1\] waiters=0 \[\]$`), "h:w ", tRelease, tReleaseW, false},
-		{regexp.MustCompile(`^jobs limit=- in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", tReleaseW, end, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", start, tAcquire, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[a:1\] waiters=0 \[\]$`), "h:a ", tAcquire, tQueue, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[a:1\] waiters=1 \[\S+:1\]$`), "h:a w ", tQueue, tRelease, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=1 \[\S+:1\]$`), "w ", tRelease, tReleaseW, true},
+		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[w:1\] waiters=0 \[\]$`), "h:w ", tRelease, tReleaseW, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", tReleaseW, end, false},
 	}
 	// match pairs the printed changes with the expected ones: which
 	// expected change each printed one is, or nil when they differ.
@@ -169,7 +174,7 @@ func TestWatch(t *testing.T) {
 		t.Errorf("a terminal watch drew %d screens in 1.5 s at -interval %v, want one per poll", len(frames), interval)
 	}
 	last := frames[len(frames)-1]
-	if !strings.HasSuffix(last, ansiClearEOL+"\n"+ansiClearDown) || !strings.Contains(last, "in use:   0"+ansiClearEOL+"\n") ||
+	if !strings.HasSuffix(last, ansiClearEOL+"\n"+ansiClearDown) || !strings.Contains(last, "in use:   0 of 1"+ansiClearEOL+"\n") ||
 		!strings.Contains(last, "every 50ms") {
 		t.Errorf("last screen:\n%q", last)
 	}

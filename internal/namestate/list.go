@@ -22,6 +22,10 @@ type Entry struct {
 	Name       string `json:"name"`
 	Kind       string `json:"kind"`        // KindSemaphore or KindRate
 	FleetLimit *int64 `json:"fleet_limit"` // null when none is set, and for a rate
+	// The limits its processes apply, for a semaphore; the rates, for a
+	// rate (State's). Empty when none is recorded.
+	Limits []LimitInUse `json:"limits"`
+	Rates  []RateInUse  `json:"rates"`
 	InUse      int64  `json:"in_use"`
 	Holders    int    `json:"holders"`
 	Waiters    int    `json:"waiters"` // requests in the wait queue
@@ -67,7 +71,8 @@ func List(ctx context.Context, in *limiter.Inspector, pattern string) ([]Entry, 
 
 func semEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, error) {
 	st, err := Read(ctx, in, name)
-	e := Entry{Name: name, Kind: KindSemaphore, FleetLimit: st.FleetLimit, InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters)}
+	e := Entry{Name: name, Kind: KindSemaphore, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: []RateInUse{},
+		InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters)}
 	if st.Rate != nil {
 		e.PausedMs = st.Rate.PausedMs
 	}
@@ -75,8 +80,15 @@ func semEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, e
 }
 
 func rateEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, error) {
+	e := Entry{Name: name, Kind: KindRate, Limits: []LimitInUse{}, Rates: []RateInUse{}}
+	u, err := in.InUse(ctx, name)
+	if err != nil {
+		return e, err
+	}
+	e.Rates = RatesOf(u)
 	v, _, err := ReadRate(ctx, in, name)
-	return Entry{Name: name, Kind: KindRate, FleetRate: v.FleetRate, NextFreeMs: v.NextFreeMs, PausedMs: v.PausedMs}, err
+	e.FleetRate, e.NextFreeMs, e.PausedMs = v.FleetRate, v.NextFreeMs, v.PausedMs
+	return e, err
 }
 
 // Each reads every name with read, Parallel at once, and returns what it

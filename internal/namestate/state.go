@@ -21,6 +21,13 @@ type State struct {
 	// when none is set: each process then uses its constructor's limit,
 	// which Redis does not know.
 	FleetLimit *int64 `json:"fleet_limit"`
+	// Limits are the limits the processes' Semaphores of the name apply
+	// (each with how many processes apply it), Rates their RateLimits'
+	// rates, as their Clients recorded them lately (limiter's
+	// Inspector.InUse); empty when none did. A fleet limit or rate, when
+	// set, overrides them.
+	Limits []LimitInUse `json:"limits"`
+	Rates  []RateInUse  `json:"rates"`
 	// Rate is the state of the rate limit of the same name; nil (null)
 	// when it has none: no fleet rate, no reservations and no pause.
 	Rate    *Rate    `json:"rate"`
@@ -49,7 +56,8 @@ type Waiter struct {
 // queue changed meanwhile.
 const readTries = 3
 
-// Read reads a semaphore's fleet limit, its holders, oldest grant (lowest
+// Read reads a semaphore's fleet limit and the limits and rates in use,
+// its holders, oldest grant (lowest
 // fencing token) first, its wait queue in serving order, and the rate
 // state of its name. Errors are the Inspector's: an *ArgumentError for a
 // nil ctx or an empty name, a Redis failure or ctx's end wrapped; the
@@ -77,18 +85,22 @@ func Read(ctx context.Context, in *limiter.Inspector, name string) (State, error
 
 // Reader is what Read reads of a *limiter.Inspector.
 type Reader interface {
-	Limit(ctx context.Context, name string) (int64, error)
+	InUse(ctx context.Context, name string) (limiter.InUse, error)
 	Waiters(ctx context.Context, name string) ([]limiter.Waiter, error)
 	Holders(ctx context.Context, name string) ([]limiter.Holder, error)
 }
 
 // ReadWith is Read without the rate state, from any Reader.
 func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
-	st := State{Name: name, Holders: []Holder{}, Waiters: []Waiter{}}
-	var err error
-	if st.FleetLimit, err = FleetLimit(ctx, r, name); err != nil {
+	st := State{Name: name, Holders: []Holder{}, Waiters: []Waiter{}, Limits: []LimitInUse{}, Rates: []RateInUse{}}
+	u, err := r.InUse(ctx, name)
+	if err != nil {
 		return st, err
 	}
+	if u.FleetLimit > 0 {
+		st.FleetLimit = &u.FleetLimit
+	}
+	st.Limits, st.Rates = LimitsOf(u), RatesOf(u)
 	ws, err := r.Waiters(ctx, name)
 	if err != nil {
 		return st, err

@@ -23,9 +23,9 @@ func (g *grantingSem) check(name string) {
 	}
 }
 
-func (g *grantingSem) Limit(_ context.Context, name string) (int64, error) {
+func (g *grantingSem) InUse(_ context.Context, name string) (limiter.InUse, error) {
 	g.check(name)
-	return 0, nil
+	return limiter.InUse{}, nil
 }
 
 func (g *grantingSem) Waiters(_ context.Context, name string) ([]limiter.Waiter, error) {

@@ -44,6 +44,10 @@ var (
 	pauseLua string
 	//go:embed ratestate.lua
 	rateStateLua string
+	//go:embed uses.lua
+	usesLua string
+	//go:embed inuse.lua
+	inUseLua string
 
 	acquireScript  = newScript(acquireLua)
 	refreshScript  = newScript(refreshLua)
@@ -60,6 +64,9 @@ var (
 	setRateScript   = newScript(setRateLua)
 	pauseScript     = newScript(pauseLua)
 	rateStateScript = newScript(rateStateLua)
+
+	usesScript  = newScript(usesLua)
+	inUseScript = newScript(inUseLua)
 )
 
 // luaScript is a script with its hash and its function's name boxed once:
@@ -95,6 +102,8 @@ var libraryFunctions = []libraryFunction{
 	{"resume", &resumeScript, "allow-oom"},
 	// One call per event of a rate.
 	{"reserve", &reserveScript, ""},
+	// Every Client's keep-alive records its limits in use with it.
+	{"uses", &usesScript, ""},
 }
 
 type libraryFunction struct {

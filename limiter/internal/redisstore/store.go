@@ -76,7 +76,10 @@ func (s *Store) GrantsDirectly() bool { return s.fifo }
 // deployment is what a Store needs to know of its go-redis client's kind,
 // read once: the one place that tells the kinds apart.
 type deployment struct {
-	addr        string
+	addr string
+	// oneNode: every key is on one server (a node, or a Sentinel's
+	// master), so one script may touch the keys of many names.
+	oneNode     bool
 	ctxTimeout  bool
 	readTimeout time.Duration
 	// masters runs fn on every master of a Cluster or shard of a Ring, in
@@ -104,6 +107,7 @@ func deploymentOf(rdb redis.UniversalClient) deployment {
 	case *redis.Client:
 		o := c.Options()
 		d.addr, d.ctxTimeout, d.readTimeout = o.Addr, o.ContextTimeoutEnabled, o.ReadTimeout
+		d.oneNode = true
 		d.nodeFor = func(context.Context, string) (*redis.Client, error) { return c, nil }
 	case *redis.ClusterClient:
 		o := c.Options()
