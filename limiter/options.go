@@ -50,6 +50,7 @@ type config struct {
 	quarantine     time.Duration
 	quarantineSet  bool
 	replicas       store.ReplicaWait
+	learn          store.Learn
 }
 
 // Defaults of the TTL and Prefix options.
@@ -99,6 +100,25 @@ func with[O Option](c config, opts []O) (config, error) {
 // at most 24h). It bounds how long a crashed holder keeps its permits, and
 // how long a restarted server grants nothing new (RestartQuarantine).
 func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl = d }) }
+
+// Adaptive makes a RateLimit's rate learned, fleet-wide, from the
+// upstream: its Events (per its Per, Burst unchanged) start at start and
+// move between min and the Rate's Events. A reservation that has to wait
+// (the rate is all used) lets it grow: doubling each second until the
+// first overload, then back towards the rate of the last overload and
+// past it (CUBIC's curve); Inspector.Overload (a 429 or 503: httplimit and
+// asynqmw call it) cuts it, once per episode for the whole fleet. One
+// state per name in Redis, moved only by the scripts on the server's
+// clock: N processes' signals meet there, and every process applies what
+// it holds (a Redis failure fails the reservation, as for a fixed rate).
+// The first Client to learn a name sets its bounds; SetRate pins it.
+// min below 1 or above start gives an *ArgumentError naming Adaptive, and
+// so does a start above the Rate's Events (Client.RateLimit). A
+// Semaphore's limit is not learned yet: it is unused there.
+// docs/adaptive.md has the law.
+func Adaptive(min, start int64) NameOption {
+	return nameOption(func(c *config) { c.learn = store.Learn{Min: min, Start: start} })
+}
 
 // RefreshInterval sets how often held leases are extended (default TTL/3,
 // which leaves room for two failed attempts before the TTL runs out).
@@ -324,6 +344,9 @@ func (c *config) validate() error {
 	}
 	if c.replicas.On() && (c.replicas.Timeout <= 0 || c.replicas.Timeout >= c.ttl) {
 		return argError("WaitReplicas", c.replicas.Timeout, "timeout must be > 0 and below the TTL "+c.ttl.String())
+	}
+	if l := c.learn; l != (store.Learn{}) && (l.Min < 1 || l.Start < l.Min) {
+		return argError("Adaptive", l, "min must be at least 1 and start at least min")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

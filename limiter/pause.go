@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"fmt"
-
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/store"
@@ -34,8 +33,28 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 	if d <= 0 || d > MaxPause {
 		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", MaxPause))
 	}
-	left, err := i.pause(ctx, name, d)
+	left, err := i.pause(ctx, name, d, false)
 	if err == nil {
+		i.c.cfg.observer.Paused(name)
+	}
+	return left, err
+}
+
+// Overload tells the fleet that the upstream behind name refused a call
+// (a 429 or 503): it pauses name for retryAfter as Pause does (0: no
+// pause), and cuts name's learned rate (Adaptive; a fixed rate is left
+// alone) once per episode: the refusals that come from any process
+// within the pause, or within a second, cut nothing more. Events reserved
+// at the old rate are re-paced at the new one from the pause's end (see
+// Reservation). It returns how long name is paused for from now.
+// retryAfter outside [0, 24h] gives an *ArgumentError; other errors are
+// Pause's (the cut may have been made all the same).
+func (i *Inspector) Overload(ctx context.Context, name string, retryAfter time.Duration) (time.Duration, error) {
+	if retryAfter < 0 || retryAfter > MaxPause {
+		return 0, argError("retryAfter", retryAfter, fmt.Sprintf("must be at least 0 and at most %v", MaxPause))
+	}
+	left, err := i.pause(ctx, name, retryAfter, true)
+	if err == nil && retryAfter > 0 {
 		i.c.cfg.observer.Paused(name)
 	}
 	return left, err
@@ -46,17 +65,17 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 // (they were told when to go); new ones are timed after them. Errors are
 // Pause's.
 func (i *Inspector) Unpause(ctx context.Context, name string) error {
-	_, err := i.pause(ctx, name, 0)
+	_, err := i.pause(ctx, name, 0, false)
 	return err
 }
 
-func (i *Inspector) pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
+func (i *Inspector) pause(ctx context.Context, name string, d time.Duration, overload bool) (time.Duration, error) {
 	_, st, err := i.rateKeys(ctx, name)
 	if err != nil {
 		return 0, err
 	}
 	k := store.NewPauseKeyspace(i.c.cfg.prefix, name)
-	left, woken, err := st.Pause(ctx, k, d, i.c.hub.channel(k.WakeChannel(i.c.id)), store.PauseChannel(i.c.cfg.prefix))
+	left, woken, err := st.Pause(ctx, k, d, overload, i.c.hub.channel(k.WakeChannel(i.c.id)), store.PauseChannel(i.c.cfg.prefix))
 	i.c.hub.wake(woken)
 	if err != nil {
 		return 0, redisError("pause", name, err)
@@ -78,6 +97,22 @@ type RateState struct {
 	// Known: Redis holds reservations for the name; else its burst is
 	// whole (or it was never used), and NextFree is 0.
 	Known bool
+	// Learned is set when the rate is learned (Adaptive): Fleet is then
+	// the rate it has learned.
+	Learned *Learned
+}
+
+// Learned is the state of a learned rate, in events per its Per.
+type Learned struct {
+	Min, Max int64   // its bounds
+	Rate     float64 // what it has learned (Fleet's Events is its floor)
+	// Overload is the rate of its last overload (0: none yet: it doubles
+	// while all used), and Since how long ago that was.
+	Overload float64
+	Since    time.Duration
+	// Pinned: SetRate stored the fleet rate; nothing moves it until
+	// SetRate with the zero Rate.
+	Pinned bool
 }
 
 // Rate reads what Redis holds for the rate limit name. Errors are
@@ -91,14 +126,32 @@ func (i *Inspector) Rate(ctx context.Context, name string) (RateState, error) {
 	if err != nil {
 		return RateState{}, redisError("read rate", name, err)
 	}
-	return RateState{Fleet: Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known}, nil
+	return RateState{Fleet: Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known, Learned: learned(s.Learned, s.Now)}, nil
+}
+
+// learned reads adapt.lua's state (see there) at now (µs, server clock).
+func learned(v string, now int64) *Learned {
+	if v == "pin" {
+		return &Learned{Pinned: true}
+	}
+	var l Learned
+	var tOver, tMove, hold int64
+	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Rate, &l.Overload, &tOver, &tMove, &hold); n != 7 {
+		return nil
+	}
+	if l.Overload > 0 {
+		l.Since = time.Duration(now-tOver) * time.Microsecond
+	}
+	return &l
 }
 
 // SetRate stores in Redis a rate that every process's RateLimit of name
 // obeys in place of its own, until SetRate with the zero Rate clears it:
 // "100/min" becomes "60/min" fleet-wide with one call. Events reserved
 // already keep their times; later ones are paced by the new rate. While
-// a rate is stored, the name's state does not expire. A bad rate gives an
+// a rate is stored, the name's state does not expire. It pins a learned
+// rate (Adaptive): nothing moves it; the zero Rate clears both the rate
+// and what was learned, and learning starts again. A bad rate gives an
 // *ArgumentError naming "rate"; other errors are Pause's (the rate may
 // have been stored all the same).
 func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {

@@ -129,6 +129,9 @@ func (c *Client) RateLimit(name string, r Rate, opts ...NameOption) (*RateLimit,
 	if err != nil {
 		return nil, err
 	}
+	if cfg.learn.Start > r.Events {
+		return nil, argError("Adaptive", cfg.learn.Start, fmt.Sprintf("start must be at most the rate's Events (%d)", r.Events))
+	}
 	st, ok := c.st.(store.Rates)
 	if !ok {
 		return nil, ErrRatesUnsupported
@@ -243,7 +246,7 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 		return store.ReserveReply{}, err
 	}
 	rl.c.uses.mark(useKey{name: rl.name, rate: rl.rate})
-	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0}
+	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0, Learn: rl.cfg.learn}
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {
 	case err != nil:
@@ -530,7 +533,10 @@ func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
 	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
 		return
 	}
-	r.moved.Add(n.Moved)
+	// Stretched by a cut learned rate, its Prev moves as its Next: a
+	// Cancel then gives back less than the stretched slot, never more.
+	at := r.nextUS + m
+	r.moved.Add(n.Stretch(at) - at)
 	select {
 	case r.kick <- struct{}{}:
 	default:

@@ -4,13 +4,18 @@
 -- KEYS[4] pause: the name's pause, which its rate shares (reserve.lua)
 -- KEYS[5] rate: the rate's tat (reserve.lua)
 -- KEYS[6] moved: the rate's record of a pause's move (reserve.lua)
+-- KEYS[7] fleet: the rate's fleet rate (reserve.lua)
+-- KEYS[8] adapt: the learned rate's state (adapt.lua)
 -- ARGV[1] d_us: the pause, µs from now ('lift': lift the pause)
 -- ARGV[2] own: the caller's wake channel
 -- ARGV[3] notice: the channel every Client of the prefix hears pauses on
 --         (store.PauseChannel), '' for none
+-- ARGV[4] overload: 1 the upstream refused (a 429 or 503): a learned rate
+--         is cut too (adapt.lua), and d_us may be 0 (no pause)
 local d_us = ARGV[1]
 local own = ARGV[2]
 local notice = ARGV[3]
+local overload = ARGV[4] == '1'
 
 -- Pauses the name until d_us from now on the server's clock, unless it
 -- is paused longer already (two 429s never shorten each other's pause).
@@ -36,6 +41,25 @@ local notice = ARGV[3]
 -- KEYS[6], and the next reservation, which knows it, takes tat back
 -- (reserve.lua). A pause that extends one whose move no reservation
 -- followed keeps that record's tat before and now.
+--
+-- An overload that cuts a learned rate re-paces the times reserved at the
+-- old rate, which would go too fast for the new one: each is stretched
+-- from the pause's end (or now) by scale, the old rate over the new, tat
+-- too, and the notice says so ("end_us tat_us moved_us xscale rate-key").
+
+-- Cuts the learned rate of KEYS (adapt.lua) for an overload at now whose
+-- pause ends at until_us; returns the old rate over the new (1: no cut).
+local function cut_learned(keys, now, until_us)
+  local st = redis.call('MGET', keys[7], keys[8])
+  local s = st[1] and adapt_parse(st[2])
+  if not s or not adapt_down(s, now, until_us) then return 1 end
+  local events, per_burst = string.match(st[1], '^(%d+)( %d+ %d+)$')
+  local cut = adapt_events(s)
+  redis.call('SET', keys[8], adapt_string(s))
+  redis.call('SET', keys[7], fmt(cut) .. per_burst)
+  return max(events / cut, 1)
+end
+
 if d_us == 'lift' then
   redis.call('DEL', KEYS[4])
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
@@ -47,13 +71,17 @@ end
 local now = now_us()
 local was = tonum(redis.call('GET', KEYS[4]) or '0')
 local until_us = max(now + tonum(d_us), was)
-redis.call('SET', KEYS[4], fmt(until_us))
-redis.call('PEXPIREAT', KEYS[4], fmt(ceil(until_us / 1000) + 86400000))
+if d_us + 0 > 0 and until_us > was then
+  redis.call('SET', KEYS[4], fmt(until_us))
+  redis.call('PEXPIREAT', KEYS[4], fmt(ceil(until_us / 1000) + 86400000))
+end
 local moved = until_us - max(now, was)
-if moved > 0 then
+local scale = overload and cut_learned(KEYS, now, until_us) or 1
+if moved > 0 or scale > 1 then
   local tat = tonum(redis.call('GET', KEYS[5]) or '')
   if tat and tat > now then
     local to = tat + moved
+    if scale > 1 and to > until_us then to = ceil(until_us + (to - until_us) * scale) end
     local px = fmt(ceil((to - now + RATE_KEEP_US) / 1000))
     local before, at = fmt(tat), fmt(now)
     local rec = redis.call('GET', KEYS[6])
@@ -64,7 +92,9 @@ if moved > 0 then
     redis.call('SET', KEYS[5], fmt(to), 'PX', px)
     redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)
     if notice ~= '' then
-      redis.call('PUBLISH', notice, fmt(until_us) .. ' ' .. fmt(tat) .. ' ' .. fmt(moved) .. ' ' .. KEYS[5])
+      local how = ' '
+      if scale > 1 then how = ' x' .. format('%.17g', scale) .. ' ' end
+      redis.call('PUBLISH', notice, fmt(until_us) .. ' ' .. fmt(tat) .. ' ' .. fmt(moved) .. how .. KEYS[5])
     end
   end
 end

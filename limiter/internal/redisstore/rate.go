@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 		r.N,              // n
 		maxWait,          // max_wait_us
 		careful,          // careful
+		learn(r),         // learn
 	).Result()
 	if err != nil {
 		return store.ReserveReply{}, err
@@ -54,6 +56,15 @@ func interval(r store.Rate) string {
 	return strconv.FormatFloat(float64(r.Per.Nanoseconds())/1000/float64(r.Events), 'g', -1, 64)
 }
 
+// learn is reserve.lua's learn: "min start max per_ns", or "" for a
+// fixed rate.
+func learn(r store.ReserveRequest) string {
+	if r.Learn.Start == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %d %d %d", r.Learn.Min, r.Learn.Start, r.Rate.Events, r.Rate.Per.Nanoseconds())
+}
+
 // Unreserve runs unreserve.lua once.
 func (s *Store) Unreserve(ctx context.Context, k store.Keyspace, prev, next string) (bool, error) {
 	n, err := s.run(ctx, unreserveScript, k,
@@ -73,16 +84,24 @@ func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) err
 }
 
 // Pause runs pause.lua once.
-func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, channel, notice string) (time.Duration, []string, error) {
+func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, overload bool, channel, notice string) (time.Duration, []string, error) {
 	// Whole µs, rounded up: a pause shorter than one is a pause of one.
 	us := any("lift")
-	if d > 0 {
+	switch {
+	case d > 0:
 		us = (d + time.Microsecond - 1).Microseconds()
+	case overload:
+		us = 0 // no pause: the cut alone
+	}
+	over := "0"
+	if overload {
+		over = "1"
 	}
 	v, err := s.run(ctx, pauseScript, k,
 		us,      // d_us
 		channel, // own
 		notice,  // notice
+		over,    // overload
 	).Slice()
 	if err != nil || len(v) == 0 {
 		return 0, nil, err
@@ -98,6 +117,7 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 	}
 	var st store.RateState
 	st.Paused = micros(v[2])
+	st.Learned, st.Now = v[4], atoi(v[3])
 	if f := strings.Fields(v[1]); len(f) == 3 {
 		st.Fleet = store.Rate{Events: atoi(f[0]), Per: time.Duration(atoi(f[1])), Burst: atoi(f[2])}
 	}

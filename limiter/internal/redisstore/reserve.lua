@@ -13,13 +13,19 @@
 --         both)
 -- ARGV[3] n: the event's cost
 -- ARGV[4] max_wait_us: the longest wait to reserve (-1: no bound)
+-- KEYS[5] adapt: STRING the learned rate's state (adapt.lua), 'pin' when
+--               an operator set the fleet rate; absent: not learned
 -- ARGV[5] careful: 1 a name with no state takes its burst as spent
 --         until the server is surely older than a burst (see below)
+-- ARGV[6] learn: '' the asking rate is fixed; else "min start max per_ns"
+--         (events per per_ns): it is learned, and starts so when no
+--         learned or pinned rate is stored
 local asked_interval_us = ARGV[1]
 local asked_burst = ARGV[2]
 local n = ARGV[3] + 0
 local max_wait_us = ARGV[4]
 local careful = ARGV[5] == '1'
+local learn = ARGV[6]
 
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
 -- from now, and unreserve.lua gives it back while tat is still next (1,
@@ -34,7 +40,23 @@ local careful = ARGV[5] == '1'
 -- in the order they reached Redis, paced exactly, with one call each.
 -- Three commands (MGET, TIME, SET; a DEL after a pause): every key is a
 -- string.
-local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local now = now_us()
+-- A learned rate: its state, started by the first learning Client, and
+-- the fleet rate it applies.
+local learned
+if learn ~= '' and st[5] ~= 'pin' then
+  local lo, start, hi, per_ns = string.match(learn, '^(%d+) (%d+) (%d+) (%d+)$')
+  learned = adapt_parse(st[5])
+  if not learned then
+    learned = {min = lo + 0, max = hi + 0, r = start + 0, wmax = 0, t_over = 0, t_move = now, hold = 0}
+    redis.call('SET', KEYS[5], adapt_string(learned))
+  end
+  if not st[3] then
+    st[3] = fmt(adapt_events(learned)) .. ' ' .. per_ns .. ' ' .. asked_burst
+    redis.call('SET', KEYS[3], st[3])
+  end
+end
 local T, burst -- T: the emission interval, µs
 if st[3] then
   local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
@@ -43,7 +65,6 @@ else
   T, burst = asked_interval_us + 0, asked_burst + 0
 end
 if n > burst then return {-1, burst} end
-local now = now_us()
 local tat = num(st[1])
 if st[4] and tat then
   -- A pause moved tat on with the events reserved before it. If none was
@@ -79,5 +100,12 @@ local nxt = ceil(tat + n * T)
 local nxt_s = fmt(nxt)
 redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
 if st[4] then redis.call('DEL', KEYS[4]) end
+-- An event that waits says the rate is all used: a learned rate grows
+-- (not for a pause's wait), for the reservations after this one.
+if learned and wait > 0 and paused <= now and adapt_up(learned, now) then
+  local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
+  redis.call('SET', KEYS[3], fmt(adapt_events(learned)) .. per_burst)
+  redis.call('SET', KEYS[5], adapt_string(learned))
+end
 if wait == 0 then return 1 end
 return {1, ceil(wait), fmt(tat), nxt_s}

@@ -16,6 +16,11 @@ import (
 var (
 	//go:embed common.lua
 	commonLua string
+	//go:embed adapt.lua
+	adaptLua string
+	// prelude is what every script starts with: the shared helpers and
+	// the learned rate's law.
+	prelude = commonLua + adaptLua
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed refresh.lua
@@ -79,7 +84,7 @@ type luaScript struct {
 }
 
 func newScript(body string) luaScript {
-	text := commonLua + "begin_call()\n" + body
+	text := prelude + "begin_call()\n" + body
 	return luaScript{sha: fmt.Sprintf("%x", sha1.Sum([]byte(text))), body: body, text: text}
 }
 
@@ -125,7 +130,7 @@ func newLibrary(fns ...libraryFunction) string {
 	// parameters here (the prelude's helpers read neither: they take what
 	// they touch); begin_call: what a script caches for one call
 	// (common.lua) would outlive it in a library.
-	b.WriteString(commonLua)
+	b.WriteString(prelude)
 	for _, f := range fns {
 		flags := ""
 		if f.flag != "" {

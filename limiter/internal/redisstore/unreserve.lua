@@ -1,4 +1,4 @@
--- KEYS[1] rate: STRING tat (see reserve.lua); KEYS[2..4] unused
+-- KEYS[1] rate: STRING tat (see reserve.lua); KEYS[2..5] unused
 -- ARGV[1] prev: the reservation's tat before it (from reserve.lua)
 -- ARGV[2] next_tat: the reservation's tat after it (from reserve.lua)
 local prev = ARGV[1]

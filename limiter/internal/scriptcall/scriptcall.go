@@ -6,6 +6,7 @@ package scriptcall
 
 import (
 	"crypto/sha1"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,11 +53,13 @@ func evalOf(name string) evalText {
 	_, self, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(self), "..", "redisstore")
 	common, err1 := os.ReadFile(filepath.Join(dir, "common.lua"))
-	body, err2 := os.ReadFile(filepath.Join(dir, name+".lua"))
-	if err1 != nil || err2 != nil {
-		panic(fmt.Sprint("scriptcall: ", err1, " ", err2))
+	adapt, err2 := os.ReadFile(filepath.Join(dir, "adapt.lua"))
+	body, err3 := os.ReadFile(filepath.Join(dir, name+".lua"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		panic(fmt.Sprint("scriptcall: ", err))
 	}
-	text := string(common) + "begin_call()\n" + string(body)
+	// The prelude (redisstore's scripts.go): common.lua, then adapt.lua.
+	text := string(common) + string(adapt) + "begin_call()\n" + string(body)
 	v := evalText{text, fmt.Sprintf("%x", sha1.Sum([]byte(text)))}
 	texts.Store(name, v)
 	return v

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"github.com/redsem/redsem/internal/glob"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,9 @@ type Rates interface {
 	// publishes a PauseNotice on notice ("": none); d == 0 lifts the
 	// pause and wakes the waiters that fit, returning the caller's own
 	// (channel). It returns how long the name is paused for.
-	Pause(ctx context.Context, k Keyspace, d time.Duration, channel, notice string) (left time.Duration, woken []string, err error)
+	// overload: the upstream refused, and a learned rate is cut too
+	// (adapt.lua); d may then be 0 (no pause).
+	Pause(ctx context.Context, k Keyspace, d time.Duration, overload bool, channel, notice string) (left time.Duration, woken []string, err error)
 }
 
 // Rate is at most Burst events at once and Events per Per on average.
@@ -54,7 +57,13 @@ type ReserveRequest struct {
 	// less than a burst's refill ago, is taken as having spent its burst
 	// just before the start (it may have been forgotten by a restart).
 	Careful bool
+	// Learn: the rate is learned between Learn.Min and Rate.Events,
+	// from Learn.Start (zero: a fixed rate).
+	Learn Learn
 }
+
+// Learn is where a learned rate may go, in events per the Rate's Per.
+type Learn struct{ Min, Start int64 }
 
 // ReserveReply is the answer to a ReserveRequest.
 type ReserveReply struct {
@@ -79,33 +88,42 @@ type RateState struct {
 	NextFree time.Duration
 	// Paused is how long the name stays paused (0: not paused).
 	Paused time.Duration
+	// Learned is the learned rate's state as adapt.lua keeps it ("":
+	// none; "pin": set by SetRate), read at Now (µs, server clock).
+	Learned string
+	Now     int64
 }
 
 const (
 	rateSuffix  = "}:rate"
 	fleetSuffix = "}:rate:fleet"
 	movedSuffix = "}:rate:moved"
+	adaptSuffix = "}:rate:adapt"
 	pauseSuffix = "}:pause"
 )
 
 // NewRateKeyspace returns the keys of the rate name under prefix, all
-// strings: its GCRA state, its pause, its fleet rate and what the last
-// pause moved (pause.lua). The hash tag is the semaphore's of the same
-// name, so a pause is one key for both.
+// strings: its GCRA state, its pause, its fleet rate, what the last
+// pause moved (pause.lua) and the learned rate's state (adapt.lua). The
+// hash tag is the semaphore's of the same name, so a pause is one key
+// for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4]}}
 }
 
 // NewPauseKeyspace returns the keys Pause runs on: the semaphore's of
 // name (NewKeyspace), then its rate's state, whose reserved times a pause
-// moves on, and the record of that move.
+// moves on, the record of that move, and the fleet rate and learned
+// state an overload cuts.
 func NewPauseKeyspace(prefix, name string) Keyspace {
 	k := NewKeyspace(prefix, name, 1)
 	rate := NewRateKeyspace(prefix, name).Keys
-	k.Keys = append(k.Keys, rate[0], rate[3])
-	k.Args = append(k.Args, rate[0], rate[3])
+	for _, i := range []int{0, 3, 2, 4} {
+		k.Keys = append(k.Keys, rate[i])
+		k.Args = append(k.Args, rate[i])
+	}
 	return k
 }
 
@@ -120,24 +138,44 @@ func PauseChannel(prefix string) string { return prefix + "pause" }
 // reservation of the rate key Key whose Next (its tat) is at most Tat was
 // made before the pause, and its time moves on by Moved (µs, as its Prev
 // and Next do, so that Unreserve still finds it). End is the pause's end
-// (µs, server clock).
+// (µs, server clock). Scale above 1: an overload cut a learned rate, and
+// each such Next, once moved, is stretched from End by Scale (see
+// Stretch); 1 otherwise.
 type PauseNotice struct {
 	Key             string
 	End, Tat, Moved int64
+	Scale           float64
 }
 
-// ParsePauseNotice reads a notice as pause.lua publishes it.
+// Stretch is where the notice moves a reservation whose Next is next (µs):
+// on by Moved, then stretched from End by Scale as pause.lua stretches
+// tat (the same doubles, so the same result).
+func (n PauseNotice) Stretch(next int64) int64 {
+	to := next + n.Moved
+	if n.Scale > 1 && to > n.End {
+		return int64(math.Ceil(float64(n.End) + float64(to-n.End)*n.Scale))
+	}
+	return to
+}
+
+// ParsePauseNotice reads a notice as pause.lua publishes it: "end tat
+// moved key", or "end tat moved xscale key" when it re-paces.
 func ParsePauseNotice(msg string) (PauseNotice, bool) {
 	f := strings.SplitN(msg, " ", 4)
 	if len(f) != 4 {
 		return PauseNotice{}, false
 	}
-	var n PauseNotice
+	n := PauseNotice{Scale: 1}
+	if sc, key, ok := strings.Cut(f[3], " "); ok && strings.HasPrefix(sc, "x") {
+		if v, err := strconv.ParseFloat(sc[1:], 64); err == nil && v > 1 {
+			n.Scale, f[3] = v, key
+		}
+	}
 	var err [3]error
 	n.End, err[0] = strconv.ParseInt(f[0], 10, 64)
 	n.Tat, err[1] = strconv.ParseInt(f[1], 10, 64)
 	n.Moved, err[2] = strconv.ParseInt(f[2], 10, 64)
-	if err[0] != nil || err[1] != nil || err[2] != nil || n.Moved <= 0 || f[3] == "" {
+	if err[0] != nil || err[1] != nil || err[2] != nil || n.Moved < 0 || (n.Moved == 0 && n.Scale == 1) || f[3] == "" {
 		return PauseNotice{}, false
 	}
 	n.Key = f[3]

@@ -1,0 +1,187 @@
+package limiter_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// learnedRate is a RateLimit of Events/s (burst 1) whose rate is learned
+// from start, on a Client of its own.
+func learnedRate(t *testing.T, b backend, name string, events, start int64) *limiter.RateLimit {
+	t.Helper()
+	rl, err := clientFor(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: events, Per: time.Second, Burst: 1}, limiter.Adaptive(1, start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rl
+}
+
+// fleetEvents is the events per second the fleet applies to name now.
+func fleetEvents(t *testing.T, insp *limiter.Inspector, name string) (int64, *limiter.Learned) {
+	t.Helper()
+	st, err := insp.Rate(ctxT(t, 5*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Fleet.Events, st.Learned
+}
+
+// A learned rate whose every event waits (the rate is all used) doubles
+// each second until the first overload: from 10/s, two seconds of full
+// use take it to about 40/s, below its bound.
+func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := uniqueName(b, "learn-grow")
+		rl := learnedRate(t, b, name, 1000, 10)
+		insp := clientFor(t, b.client(t)).Inspector()
+		ctx := ctxT(t, 20*time.Second)
+		end := time.Now().Add(2200 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					if err := rl.Wait(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		events, l := fleetEvents(t, insp, name)
+		if events < 30 || events > 80 {
+			t.Errorf("after 2.2s all used from 10/s the fleet rate is %d/s, want about 40", events)
+		}
+		if l == nil || l.Min != 1 || l.Max != 1000 || l.Overload != 0 || l.Pinned {
+			t.Errorf("learned state %+v, want bounds 1..1000 and no overload yet", l)
+		}
+	})
+}
+
+// Overloads told by several Clients at once (as a fleet's processes hear
+// 429s from one episode) cut a learned rate once; another within the
+// episode's second cuts nothing, and one after it cuts again.
+func TestOverloadCutsOncePerEpisode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := uniqueName(b, "learn-cut")
+		ctx := ctxT(t, 20*time.Second)
+		rl := learnedRate(t, b, name, 100, 50)
+		if _, err := rl.Allow(ctx); err != nil { // the state starts with the first event
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			insp := clientFor(t, b.client(t)).Inspector()
+			wg.Go(func() {
+				if _, err := insp.Overload(ctx, name, 0); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		insp := clientFor(t, b.client(t)).Inspector()
+		if events, l := fleetEvents(t, insp, name); events != 40 || l == nil || l.Overload != 50 {
+			t.Fatalf("after 4 overloads of one episode: %d/s (learned %+v), want 40/s (50 cut once by 0.8)", events, l)
+		}
+		if _, err := insp.Overload(ctx, name, 0); err != nil {
+			t.Fatal(err)
+		}
+		if events, _ := fleetEvents(t, insp, name); events != 40 {
+			t.Fatalf("an overload within the episode's second cut to %d/s, want 40 still", events)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := insp.Overload(ctx, name, 0); err != nil {
+			t.Fatal(err)
+		}
+		if events, _ := fleetEvents(t, insp, name); events != 32 {
+			t.Fatalf("an overload after the episode cut to %d/s, want 32", events)
+		}
+	})
+}
+
+// An overload that cuts a learned rate re-paces the times another Client
+// reserved at the old rate: 20ms apart at 50/s become 25ms apart at 40/s.
+func TestOverloadRepacesReservations(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		name := uniqueName(b, "learn-repace")
+		ctx := ctxT(t, 20*time.Second)
+		rdb := b.client(t)
+		rl := learnedRate(t, b, name, 50, 50)
+		rs, at := reserveAhead(t, rl, 8) // now, +20ms ... +140ms
+		awaitPauseListeners(t, rdb, 1)
+		if _, err := clientFor(t, b.client(t)).Inspector().Overload(ctx, name, 0); err != nil {
+			t.Fatal(err)
+		}
+		last := len(rs) - 1
+		redistest.Eventually(t, 5*time.Second, "the last reservation re-paced", func() bool {
+			return rs[last].Time().Sub(at[last]) > 25*time.Millisecond
+		})
+		for i := 3; i < len(rs); i++ {
+			if gap := rs[i].Time().Sub(rs[i-1].Time()); gap < 23*time.Millisecond || gap > 27*time.Millisecond {
+				t.Errorf("reservations %d and %d are %v apart after the cut, want 25ms (40/s)", i-1, i, gap)
+			}
+		}
+		next, err := rl.ReserveN(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gap := next.Time().Sub(rs[len(rs)-1].Time()); gap < 20*time.Millisecond {
+			t.Errorf("the next reservation is %v after the re-paced ones, want about 25ms", gap)
+		}
+	})
+}
+
+// SetRate pins a learned rate (an overload leaves it), and clearing it
+// clears what was learned: the next event starts learning again.
+func TestSetRatePinsALearnedRate(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-pin")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 100, 50)
+	insp := clientFor(t, b.client(t)).Inspector()
+	if _, err := rl.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := insp.SetRate(ctx, name, limiter.Rate{Events: 30, Per: time.Second, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	if events, l := fleetEvents(t, insp, name); events != 30 || l == nil || !l.Pinned {
+		t.Fatalf("pinned: %d/s, learned %+v; want 30/s pinned", events, l)
+	}
+	if err := insp.SetRate(ctx, name, limiter.Rate{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if events, l := fleetEvents(t, insp, name); events != 50 || l == nil || l.Pinned {
+		t.Fatalf("cleared: %d/s, learned %+v; want learning again from 50/s", events, l)
+	}
+}
+
+func TestAdaptiveBadInput(t *testing.T) {
+	b := singleBackend(t)
+	c := clientFor(t, b.client(t))
+	r := limiter.Rate{Events: 100, Per: time.Second, Burst: 1}
+	for _, o := range []limiter.NameOption{limiter.Adaptive(0, 5), limiter.Adaptive(5, 3), limiter.Adaptive(1, 101)} {
+		_, err := c.RateLimit("learn-bad", r, o)
+		var ae *limiter.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != "Adaptive" {
+			t.Errorf("RateLimit with a bad Adaptive: %v, want an *ArgumentError naming Adaptive", err)
+		}
+	}
+	_, err := c.Inspector().Overload(ctxT(t, 5*time.Second), "learn-bad", -time.Second)
+	var ae *limiter.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "retryAfter" {
+		t.Errorf("Overload(-1s): %v, want an *ArgumentError naming retryAfter", err)
+	}
+}
