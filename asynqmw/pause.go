@@ -21,10 +21,11 @@ const pauseTimeout = time.Second
 // Retry-After, or asked to back off. New's middleware pauses, in Redis,
 // every rule of the task (of the task's key, for a Key rule), whether it
 // has a Rate, a Limit or both, or only the rule named Rule, for For
-// (limiter.Inspector.Pause: the name's semaphore grants no worker a new
+// (limiter.Inspector.Overload: the name's semaphore grants no worker a new
 // permit and its rate gives no task a slot before the pause ends; waiting
 // tasks are served in order from then on, and a rate paces them with no
-// burst). The task is then re-queued at the pause's end without spending
+// burst; a rate learned with limiter.Adaptive in the rule's
+// LimiterOptions is cut too, once per episode). The task is then re-queued at the pause's end without spending
 // a retry: it returns a *BusyError with Paused set, wrapping the
 // PauseError.
 //
@@ -78,7 +79,7 @@ func (m *middleware) pause(ctx context.Context, t *asynq.Task, gs []gate, pe *Pa
 			continue
 		}
 		names = append(names, g.name)
-		left, err := m.client.Inspector().Pause(ctx, g.name, d)
+		left, err := m.client.Inspector().Overload(ctx, g.name, d)
 		if err != nil {
 			m.opts.logger.Warn("asynqmw: pause not set: only this task waits", "task", t.Type(), "name", g.name, "err", err)
 			continue

@@ -120,7 +120,10 @@ func LimiterOptions(opts ...limiter.NameOption) Option {
 // PauseOnRetryAfter bounds the pause a Transport sets when
 // the upstream answers 429 Too Many Requests or 503 Service Unavailable
 // with a Retry-After header (default 5 minutes, at most 24 hours, the
-// limiter's bound on a pause); 0 turns pausing off. See
+// limiter's bound on a pause); 0 turns pausing off. Such an answer also
+// cuts the name's rate where it is learned (limiter.Adaptive in
+// LimiterOptions; limiter.Inspector.Overload), with or without a
+// Retry-After, unless pausing is off. See
 // Transport.RoundTrip. Middleware ignores it. A bound outside [0, 24h]
 // makes NewTransport return an *limiter.ArgumentError naming
 // "PauseOnRetryAfter".

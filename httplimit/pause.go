@@ -11,11 +11,13 @@ import (
 // already here, and an unreachable Redis must not hold it back for long.
 const pauseTimeout = 2 * time.Second
 
-// pauseOn pauses name, for every process, as long as resp's Retry-After
-// asks (at most maxPause) when resp is a 429 or a 503 that has one: its
-// rate gives no slot, and its semaphore no new permit, before the end.
-// The upstream said when to come back: sending before then would only
-// earn more 429s, from every process. The Pause call is detached from the
+// pauseOn tells the fleet of an overload when resp is a 429 or a 503
+// (Inspector.Overload): it pauses name, for every process, as long as
+// its Retry-After asks (at most maxPause; none without one), so that its
+// rate gives no slot and its semaphore no new permit before the end, and
+// it cuts name's rate where it is learned (limiter.Adaptive). The
+// upstream said when to come back: sending before then would only earn
+// more 429s, from every process. The call is detached from the
 // request's cancellation (the caller going away does not make the
 // upstream want requests sooner) and bounded by pauseTimeout; a failure
 // is logged, and resp goes back to the caller unchanged either way.
@@ -26,13 +28,13 @@ func (t *Transport) pauseOn(req *http.Request, name string, resp *http.Response)
 	}
 	d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if !ok {
-		return
+		d = 0 // no pause: the cut alone
 	}
 	d = min(d, t.maxPause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 	defer cancel()
-	if _, err := t.inspector.Pause(ctx, name, d); err != nil {
-		t.logger.Warn("httplimit: pause failed", "name", name, "cause", "upstream Retry-After",
+	if _, err := t.inspector.Overload(ctx, name, d); err != nil {
+		t.logger.Warn("httplimit: pause failed", "name", name, "cause", "upstream overload",
 			"status", resp.StatusCode, "pause", d, "err", err)
 	}
 }

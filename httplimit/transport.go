@@ -76,8 +76,9 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // returns an error matching limiter.ErrLeaseLost.
 //
 // A 429 or 503 with Retry-After pauses the key for every process, at most
-// PauseOnRetryAfter's bound (a failure is logged), and the response is
-// returned unchanged. Why, and the details: docs/design.md (httplimit).
+// PauseOnRetryAfter's bound, and cuts its rate where it is learned
+// (limiter.Adaptive), with or without Retry-After (a failure is logged);
+// the response is returned unchanged. Why, and the details: docs/design.md (httplimit).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := t.key(req)
 	if !ok {

@@ -285,6 +285,7 @@ type Reservation struct {
 	// While it is held (holds.hold to holds.drop), the pauses its
 	// Client hears of move it (holds.paused):
 	nextUS int64         // next, parsed
+	prevUS int64         // prev, parsed: its time, at burst 1
 	moved  atomic.Int64  // µs they moved it on
 	kick   chan struct{} // tells Wait it moved
 	held   bool          // under holds.mu
@@ -450,11 +451,12 @@ const noticeKeep = 5 * time.Second
 // hold makes r follow the pauses this Client hears of, and starts
 // listening for them.
 func (h *holds) hold(r *Reservation) {
-	next, err := strconv.ParseInt(r.next, 10, 64)
-	if err != nil {
+	next, err1 := strconv.ParseInt(r.next, 10, 64)
+	prev, err2 := strconv.ParseInt(r.prev, 10, 64)
+	if err1 != nil || err2 != nil {
 		return
 	}
-	r.nextUS, r.kick, r.held = next, make(chan struct{}, 1), true
+	r.nextUS, r.prevUS, r.kick, r.held = next, prev, make(chan struct{}, 1), true
 	key := r.rl.keys.Keys[0]
 	now := time.Now()
 	h.mu.Lock()
@@ -533,9 +535,11 @@ func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
 	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
 		return
 	}
-	// Stretched by a cut learned rate, its Prev moves as its Next: a
-	// Cancel then gives back less than the stretched slot, never more.
-	at := r.nextUS + m
+	// Stretched by a cut learned rate, it moves as its time does (its
+	// Prev, at burst 1; later at a greater burst, never sooner), and so do
+	// its Prev and Next: a Cancel then finds no tat of its own and gives
+	// nothing back.
+	at := r.prevUS + m
 	r.moved.Add(n.Stretch(at) - at)
 	select {
 	case r.kick <- struct{}{}:

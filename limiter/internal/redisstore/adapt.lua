@@ -15,18 +15,24 @@
 -- moves it.
 --
 -- The law is CUBIC's (RFC 9438), on a rate shared by the fleet. The slow
--- start doubles r per second while reservations wait (the rate is all
--- used). An overload (a 429 or 503, Overload) cuts r to ADAPT_CUT of
--- itself and holds it for the Retry-After, at least ADAPT_HOLD_US: the
+-- start doubles r per second of events while reservations wait (the rate
+-- is all used). Its first overload (a 429 or 503, Overload) finds r above what
+-- the upstream took over the second before (the rate doubled during it:
+-- about 0.7 r), so r is cut to ADAPT_SLOW_CUT of itself and wmax set to
+-- that 0.7 r. A later overload cuts r to ADAPT_CUT of itself, and lowers
+-- wmax too when it came below it (CUBIC's fast convergence: a limit that
+-- shrank). A cut holds r for the Retry-After, at least ADAPT_HOLD_US: the
 -- other refusals of the same episode, from any process, cut nothing more.
--- Then, while the rate is all used, r grows as wmax * (1 + (1 - ADAPT_CUT)
--- * x^3), x = (t - t_over - ADAPT_K_US) / ADAPT_K_US: back near wmax in
--- ADAPT_K_US, flat there (where the last overload was), and faster past
--- it, which finds a limit that has grown. A cut below the last wmax lowers
--- wmax too (CUBIC's fast convergence: a limit that shrank).
+-- Then, while the rate is all used, r grows as wmax * (1 + (1 -
+-- ADAPT_CUT) * x^3), x = (t - t_over - ADAPT_K_US) / ADAPT_K_US: back near
+-- wmax in ADAPT_K_US, flat there (where the last overload was), and
+-- faster past it, which finds a limit that has grown. Each overload costs
+-- the fleet its Retry-After's pause, so the plateau is long: a doubled
+-- limit is found in about 2.8 ADAPT_K_US.
 
-local ADAPT_CUT = 0.8
-local ADAPT_K_US = 5000000
+local ADAPT_CUT = 0.85
+local ADAPT_SLOW_CUT = 0.6
+local ADAPT_K_US = 7000000
 local ADAPT_HOLD_US = 1000000
 
 -- The state of v (a table), or nil for none or a pin.
@@ -47,20 +53,22 @@ local function adapt_events(s)
   return max(s.min, floor(s.r))
 end
 
--- Moves s up for a reservation that waited at now (the rate is all used);
--- returns whether the events applied changed.
-local function adapt_up(s, now)
+-- Moves s up for a reservation of n events that waited at now (the rate
+-- is all used); returns whether the events applied changed.
+--
+-- Each event grows r by n at most (so that r doubles in a second of
+-- events at r): growth is clocked by the events the fleet makes, as TCP's
+-- window is by its ACKs, not by the clock alone, since the events already
+-- reserved at the old rate go at its pace (a clock alone ran r up to 40
+-- times what the upstream took while those drained).
+local function adapt_up(s, now, n)
   if now < s.hold then return false end
-  local r
-  if s.wmax == 0 then
-    r = s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000)
-  else
+  local r = s.r + n
+  if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
-    r = s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x)
+    r = min(r, s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x))
   end
-  -- Never down here, and at most doubled at once (a rate idle for long
-  -- has not shown that the upstream takes more).
-  r = min(max(r, s.r), 2 * s.r, s.max)
+  r = min(max(r, s.r), s.max)
   if floor(r) == floor(s.r) then return false end
   s.r, s.t_move = r, now
   return true
@@ -70,12 +78,15 @@ end
 -- the pause it asked for. Returns whether it cut.
 local function adapt_down(s, now, until_us)
   if now < s.hold then return false end
-  if s.wmax > 0 and s.r < s.wmax then
+  local cut = ADAPT_CUT
+  if s.wmax == 0 then
+    s.wmax, cut = 0.7 * s.r, ADAPT_SLOW_CUT
+  elseif s.r < s.wmax then
     s.wmax = s.r * (1 + ADAPT_CUT) / 2
   else
     s.wmax = s.r
   end
-  s.r = max(s.min, s.r * ADAPT_CUT)
+  s.r = max(s.min, s.r * cut)
   s.t_over, s.t_move = now, now
   s.hold = max(until_us, now + ADAPT_HOLD_US)
   return true

@@ -102,7 +102,7 @@ redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
 if st[4] then redis.call('DEL', KEYS[4]) end
 -- An event that waits says the rate is all used: a learned rate grows
 -- (not for a pause's wait), for the reservations after this one.
-if learned and wait > 0 and paused <= now and adapt_up(learned, now) then
+if learned and wait > 0 and paused <= now and adapt_up(learned, now, n) then
   local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
   redis.call('SET', KEYS[3], fmt(adapt_events(learned)) .. per_burst)
   redis.call('SET', KEYS[5], adapt_string(learned))

@@ -147,11 +147,11 @@ type PauseNotice struct {
 	Scale           float64
 }
 
-// Stretch is where the notice moves a reservation whose Next is next (µs):
-// on by Moved, then stretched from End by Scale as pause.lua stretches
-// tat (the same doubles, so the same result).
-func (n PauseNotice) Stretch(next int64) int64 {
-	to := next + n.Moved
+// Stretch is where the notice moves a reserved time t (µs): on by Moved,
+// then stretched from End by Scale as pause.lua stretches tat (the same
+// doubles, so the same result).
+func (n PauseNotice) Stretch(t int64) int64 {
+	to := t + n.Moved
 	if n.Scale > 1 && to > n.End {
 		return int64(math.Ceil(float64(n.End) + float64(to-n.End)*n.Scale))
 	}
