@@ -71,9 +71,11 @@ func (r *refresher) addWaiter(w *waiter) {
 	r.add(w, &entry{waiter: w, due: time.Now().Add(store.QueueTTL / 3), interval: store.QueueTTL / 3}, func() bool { return true })
 }
 
-// refreshSlack is how early the record of the limits in use goes, so
-// that it rides along with a round of lease refreshes (every second or
-// more often, at the default TTL) rather than have one of its own.
+// refreshSlack is the interval of the record of the limits in use: the
+// refresher takes it up to half of that early, so that it rides along
+// with a round of lease refreshes (every second or more often, at the
+// default TTL) rather than have one of its own, and a Client's first
+// record waits freshDelay less that half.
 const refreshSlack = time.Second
 
 // addUses has the Client's limits in use recorded by due (or earlier, if
@@ -93,7 +95,7 @@ func (r *refresher) addUses(u *uses, due time.Time) {
 		return
 	}
 	r.mu.Unlock()
-	r.add(u, &entry{uses: u, due: due, interval: 2 * refreshSlack}, func() bool { return true })
+	r.add(u, &entry{uses: u, due: due, interval: refreshSlack}, func() bool { return true })
 }
 
 func (r *refresher) add(owner any, e *entry, live func() bool) {

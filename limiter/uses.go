@@ -18,7 +18,12 @@ import (
 // usePeriod while any is used, and a value new to the Client within
 // freshDelay: never a call per acquire. A record lasts useTTL unless
 // written again, so a dead process's go with it.
-const freshDelay = 100 * time.Millisecond // new values arriving together go together
+//
+// freshDelay lets new values arriving together go together, and the
+// first record of a Client go with a round of its keep-alive rather than
+// on its own (a record in flight to a hung server holds Close up to
+// go-redis's ReadTimeout, as a refresh does).
+const freshDelay = time.Second
 
 // usePeriodNs is the period, 10s; a record lasts 3 of them (useTTL). A
 // variable for the tests (export_test.go), atomic as Clients read it
