@@ -46,7 +46,8 @@ func Metrics(c *Collector) Option { return func(o *options) { o.metrics = c } }
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // LimiterOptions passes options to every semaphore and rate limit (e.g.
-// limiter.ReleaseTimeout, limiter.MaxHold, limiter.RestartQuarantine);
+// limiter.ReleaseTimeout, limiter.MaxHold, limiter.RestartQuarantine, and
+// limiter.Adaptive: a rule's Rate learned from the handlers' Pause);
 // they override the options the limiter.Client was made with. The rules'
 // TTL and AcquireTimeout override the limiter's TTL and AcquireTimeout. A bad option makes New return the
 // limiter's *ArgumentError. Note that limiter.Observe labels by semaphore

@@ -67,13 +67,12 @@ var adaptiveVariants = []adaptiveVariant{
 		New: func(p adaptiveProc) (adaptiveClient, error) {
 			return newRedsemClient(p, learnStartLimit, learnStartRate)
 		}},
-	// Issue 33 plugs in here: a Transport (or Semaphore + RateLimit)
-	// whose limit and rate are learned fleet-wide from learnStart*
-	// within [learnMin*, learnMax*]; its Learned should report the
-	// values the process applies, so that the learned band is measured.
 	{Name: variantAdaptive,
-		Config: fmt.Sprintf("learned fleet-wide from %d at once and %d/s, bounds %d..%d and %d..%d/s: not built yet (issue 33)",
-			learnStartLimit, learnStartRate, learnMinLimit, learnMaxLimit, learnMinRate, learnMaxRate)},
+		Config: fmt.Sprintf("httplimit.Transport, rate learned fleet-wide (limiter.Adaptive) from %d/s within %d..%d/s (burst 1); the concurrency is not learned yet: Limit %d, the bound",
+			learnStartRate, learnMinRate, learnMaxRate, learnMaxLimit),
+		New: func(p adaptiveProc) (adaptiveClient, error) {
+			return newRedsemClient(p, learnMaxLimit, learnMaxRate, limiter.Adaptive(learnMinRate, learnStartRate))
+		}},
 }
 
 func adaptiveVariantNamed(name string) (adaptiveVariant, bool) {
@@ -92,11 +91,15 @@ func adaptiveName(prefix string) string { return prefix + ":upstream" }
 // redsemClient is a process's httplimit.Transport of fixed limit and rate
 // (which the oracle's parent overrides fleet-wide).
 type redsemClient struct {
-	lc *limiter.Client
-	rt *httplimit.Transport
+	lc      *limiter.Client
+	rt      *httplimit.Transport
+	learned string // the learned rate's name ("": fixed)
+	limit   int64
 }
 
-func newRedsemClient(p adaptiveProc, limit, rate int64) (adaptiveClient, error) {
+// newRedsemClient is a Transport of limit at once and rate a second;
+// opts (limiter.Adaptive) make its rate learned.
+func newRedsemClient(p adaptiveProc, limit, rate int64, opts ...limiter.NameOption) (adaptiveClient, error) {
 	// The bench's Redis is new and nobody held leases on it before: no
 	// restart quarantine to wait out.
 	lc, err := limiter.New(p.RDB, limiter.RestartQuarantine(0))
@@ -109,12 +112,16 @@ func newRedsemClient(p adaptiveProc, limit, rate int64) (adaptiveClient, error) 
 		// A guess of 5/s makes the 32 callers wait up to ~6s for a slot:
 		// wait, as a worker would, rather than fail.
 		AcquireTimeout: 30 * time.Second,
-	})
+	}, httplimit.LimiterOptions(opts...))
 	if err != nil {
 		_ = lc.Close(context.Background())
 		return nil, err
 	}
-	return &redsemClient{lc: lc, rt: rt}, nil
+	c := &redsemClient{lc: lc, rt: rt, limit: limit}
+	if len(opts) > 0 {
+		c.learned = p.Cfg.Name + ":upstream" // the Transport's name for adaptiveKey
+	}
+	return c, nil
 }
 
 func (c *redsemClient) Do(req *http.Request) (int, error) {
@@ -125,7 +132,20 @@ func (c *redsemClient) Do(req *http.Request) (int, error) {
 	return resp.StatusCode, nil // a 429 has paused the name for every process
 }
 
-func (c *redsemClient) Learned() (float64, float64, bool) { return 0, 0, false }
+// Learned reads the fleet's learned rate; each process reports its
+// share, since the bench sums the processes' samples.
+func (c *redsemClient) Learned() (float64, float64, bool) {
+	if c.learned == "" {
+		return 0, 0, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := c.lc.Inspector().Rate(ctx, c.learned)
+	if err != nil || st.Learned == nil {
+		return 0, 0, false
+	}
+	return float64(c.limit) / adaptiveProcs, float64(st.Fleet.Events) / adaptiveProcs, true
+}
 
 func (c *redsemClient) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

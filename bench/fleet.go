@@ -94,10 +94,11 @@ type apiCall struct {
 	Task     string
 	Enqueued time.Time
 	Accepted bool
-	Reason   string // of a 429: "conc" or "rate"
-	Done     bool   // answered 200 (not cut short by the client)
-	InsideRA bool   // arrived inside a Retry-After already announced
-	Sent     int    // calls in flight with this one, itself included
+	Reason   string        // of a 429: "conc" or "rate"
+	Done     bool          // answered 200 (not cut short by the client)
+	InsideRA bool          // arrived inside a Retry-After already announced
+	RAAge    time.Duration // InsideRA: how long after the 429 that announced it
+	Sent     int           // calls in flight with this one, itself included
 }
 
 // fleetAPI is the fake partner API.
@@ -120,6 +121,9 @@ func (a *fleetAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := apiCall{At: now, Customer: q.Get("c"), Task: q.Get("t"), Enqueued: time.Unix(0, enq)}
 	a.mu.Lock()
 	c.InsideRA = now.Before(a.raUntil)
+	if c.InsideRA {
+		c.RAAge = now.Sub(a.raUntil.Add(-apiRetryAfter * time.Second))
+	}
 	c.Sent = a.inFlight + 1
 	for len(a.window) > 0 && now.Sub(a.window[0]) >= time.Second {
 		a.window = a.window[1:]
@@ -507,7 +511,8 @@ type fleetStats struct {
 	MidRate                float64       // accepted calls/s in the middle 60%
 	TooMany, Conc, RateRej int
 	InsideRA               int
-	Requeues               float64 // busy re-queues per task
+	InsideAge              time.Duration // the latest such arrival after its 429
+	Requeues               float64       // busy re-queues per task
 	RequeueKinds           string
 	Failed                 int64
 	FirstErr               string
@@ -533,6 +538,7 @@ func (r fleetRun) stats() fleetStats {
 		s.PeakSent = max(s.PeakSent, c.Sent)
 		if c.InsideRA {
 			s.InsideRA++
+			s.InsideAge = max(s.InsideAge, c.RAAge)
 		}
 		if !c.Accepted {
 			s.TooMany++
@@ -798,6 +804,9 @@ func printFleet(out io.Writer, runs []fleetRun) {
 		n := fmt.Sprintf("- %s, %s: re-queues %s; calls/s per customer over the first %.1fs: %s; %d accepted calls not done (cut short or repeated); load %.1f→%.1f",
 			name, r.Variant, orNone(s.RequeueKinds), s.JainWindow.Seconds(), s.Shares, s.Wasted, r.Load[0], r.Load[1])
 		n += fmt.Sprintf("; longest gap from %.1fs", s.GapAt.Seconds())
+		if s.InsideRA > 0 {
+			n += fmt.Sprintf("; sent inside a Retry-After up to %v after its 429", s.InsideAge.Round(time.Millisecond))
+		}
 		if !r.RestartAt.IsZero() {
 			n += fmt.Sprintf("; restart at %.1fs", r.RestartAt.Sub(r.T0).Seconds())
 		}

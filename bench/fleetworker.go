@@ -293,7 +293,11 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 			{Name: "partner-customer", TypePrefix: "partner:", Key: fleetCustomerOf, Limit: cfg.PerCustomer},
 			{Name: "partner-api", TypePrefix: "partner:", Limit: cfg.Limit,
 				Rate: limiter.Rate{Events: int64(cfg.Rate), Per: time.Second, Burst: cfg.Burst}},
-		}, asynqmw.Park(asynqRDB), asynqmw.Logger(slog.New(slog.DiscardHandler)))
+		}, asynqmw.Park(asynqRDB), asynqmw.Logger(slog.New(slog.DiscardHandler)),
+			// The rate as configured is the most it may learn: the
+			// pushback scenario's 30/s is learned down to what the API
+			// takes (its 429s, through asynqmw.Pause).
+			asynqmw.LimiterOptions(limiter.Adaptive(1, int64(cfg.Rate))))
 		if err != nil {
 			return rep, err
 		}

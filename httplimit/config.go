@@ -107,8 +107,9 @@ type options struct {
 	pauseSet    bool
 }
 
-// LimiterOptions passes options to every semaphore (e.g. limiter.TTL,
-// limiter.MaxHold, limiter.ReleaseTimeout, limiter.Observe); they
+// LimiterOptions passes options to every semaphore and rate limit (e.g.
+// limiter.TTL, limiter.MaxHold, limiter.ReleaseTimeout, limiter.Observe,
+// and limiter.Adaptive: a rate learned from the upstream's 429s); they
 // override the options the limiter.Client was made with.
 // The config's AcquireTimeout overrides theirs. A bad
 // option makes Middleware or NewTransport return the limiter's

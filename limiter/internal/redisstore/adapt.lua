@@ -19,9 +19,11 @@
 -- is all used). Its first overload (a 429 or 503, Overload) finds r above what
 -- the upstream took over the second before (the rate doubled during it:
 -- about 0.7 r), so r is cut to ADAPT_SLOW_CUT of itself and wmax set to
--- that 0.7 r. A later overload cuts r to ADAPT_CUT of itself, and lowers
--- wmax too when it came below it (CUBIC's fast convergence: a limit that
--- shrank). A cut holds r for the Retry-After, at least ADAPT_HOLD_US: the
+-- that 0.7 r. A later overload cuts r to ADAPT_CUT of itself and sets
+-- wmax just below the r that overloaded (ADAPT_BELOW: the plateau is
+-- then a rate the upstream took, where CUBIC's sits on the one it
+-- refused), or lower when it came below the last wmax (CUBIC's fast
+-- convergence: a limit that shrank). A cut holds r for the Retry-After, at least ADAPT_HOLD_US: the
 -- other refusals of the same episode, from any process, cut nothing more.
 -- Then, while the rate is all used, r grows as wmax * (1 + (1 -
 -- ADAPT_CUT) * x^3), x = (t - t_over - ADAPT_K_US) / ADAPT_K_US: back near
@@ -31,6 +33,7 @@
 -- limit is found in about 2.8 ADAPT_K_US.
 
 local ADAPT_CUT = 0.85
+local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
 local ADAPT_SLOW_CUT = 0.6
 local ADAPT_K_US = 7000000
 local ADAPT_HOLD_US = 1000000
@@ -84,7 +87,7 @@ local function adapt_down(s, now, until_us)
   elseif s.r < s.wmax then
     s.wmax = s.r * (1 + ADAPT_CUT) / 2
   else
-    s.wmax = s.r
+    s.wmax = ADAPT_BELOW * s.r
   end
   s.r = max(s.min, s.r * cut)
   s.t_over, s.t_move = now, now
