@@ -75,17 +75,17 @@ func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int
 	return l
 }
 
-// recorded waits until the holder's Client recorded a limit in use of
-// name (within ~0.1s of its first use), so that the output does not
+// recorded waits until the holder's Client recorded a limit or rate in
+// use of name (within ~1s of its first use), so that the output does not
 // depend on the moment a command reads it.
 func (f *fixture) recorded(t *testing.T, name string) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if u, err := f.holder.Inspector().InUse(f.ctx(), name); err == nil && len(u.Limits) > 0 {
+		if u, err := f.holder.Inspector().InUse(f.ctx(), name); err == nil && len(u.Limits)+len(u.Rates) > 0 {
 			return
 		}
 	}
-	t.Fatalf("no limit in use recorded for %s", name)
+	t.Fatalf("no limit or rate in use recorded for %s", name)
 }
 
 // run calls a command function as main does, and returns its output.

@@ -38,6 +38,7 @@ func rates(t *testing.T, f *fixture) {
 		if !f.allow(t, f.rateLimit(t, name, ownRate)) {
 			t.Fatalf("the first event of %s was refused", name)
 		}
+		f.recorded(t, name)
 	}
 	for name, d := range map[string]time.Duration{"mail": 30 * time.Second, "jobs": time.Minute} {
 		if _, err := in.Pause(f.ctx(), name, d); err != nil {
@@ -264,5 +265,29 @@ func TestRateViewRoundsUp(t *testing.T) {
 	}
 	if namestate.PausedText(v.PausedMs, ttlText) != "1ms" || namestate.NextFreeText(v.NextFreeMs, ttlText) != "1ms" {
 		t.Errorf("paused %q, next free %q; want 1ms each", namestate.PausedText(v.PausedMs, ttlText), namestate.NextFreeText(v.NextFreeMs, ttlText))
+	}
+}
+
+// show says what a learned rate has learned, within which bounds, and
+// when its last overload was; -json carries the same.
+func TestShowLearnedRate(t *testing.T) {
+	f := newFixture(t)
+	rl, err := f.holder.RateLimit("learn", limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(f.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.holder.Inspector().Overload(f.ctx(), "learn", 0); err != nil {
+		t.Fatal(err)
+	}
+	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", false) })
+	if !strings.Contains(out, "learned:") || !strings.Contains(out, "30.0 within 1..100; last overload at 35.0") {
+		t.Errorf("show learn:\n%s\nwant the learned 30.0 within 1..100 and its last overload at 35.0", out)
+	}
+	js := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", true) })
+	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"rate":30,"last_overload_rate":35`) {
+		t.Errorf("show -json learn: %s\nwant its learned state", js)
 	}
 }

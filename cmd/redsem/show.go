@@ -82,6 +82,9 @@ func writeRate(w io.Writer, pv *namestate.Rate, rates []namestate.RateInUse) {
 		next += " (by each process's own rate)"
 	}
 	fmt.Fprintf(w, "\nrate:\t%s\n", rate)
+	if v.Learned != nil {
+		fmt.Fprintf(w, "learned:\t%s\n", namestate.LearnedText(v.Learned, ttlText))
+	}
 	fmt.Fprintf(w, "next free:\t%s\n", next)
 	fmt.Fprintf(w, "paused for:\t%s\n", namestate.PausedText(v.PausedMs, ttlText))
 }

@@ -1,6 +1,7 @@
 package namestate
 
 import (
+	"fmt"
 	"context"
 
 	"github.com/redsem/redsem/limiter"
@@ -28,6 +29,35 @@ type Rate struct {
 	// PausedMs is how long the name stays paused (0: not paused), rounded
 	// up so that a pause never shows as none.
 	PausedMs int64 `json:"paused_ms"`
+	// Learned is the state of a rate learned fleet-wide
+	// (limiter.Adaptive); nil (null) for a fixed rate.
+	Learned *Learned `json:"learned"`
+}
+
+// Learned is a learned rate's state, in events per the rate's period.
+type Learned struct {
+	Min      int64   `json:"min"`
+	Max      int64   `json:"max"`
+	Rate     float64 `json:"rate"`
+	Overload float64 `json:"last_overload_rate"` // 0: none yet
+	SinceMs  int64   `json:"since_overload_ms"`
+	Pinned   bool    `json:"pinned"` // an operator set the rate (SetRate)
+}
+
+// LearnedText says what l learned: "18.4 within 1..30; last overload at
+// 19.0, 12s ago".
+func LearnedText(l *Learned, ago func(int64) string) string {
+	switch {
+	case l == nil:
+		return "-"
+	case l.Pinned:
+		return "pinned (set by redsem rate; clear it to learn again)"
+	}
+	txt := fmt.Sprintf("%.1f within %d..%d", l.Rate, l.Min, l.Max)
+	if l.Overload == 0 {
+		return txt + "; no overload yet (growing while all used)"
+	}
+	return txt + fmt.Sprintf("; last overload at %.1f, %s ago", l.Overload, ago(l.SinceMs))
 }
 
 // ReadRate reads name's rate state; has says whether there is any: a
@@ -44,6 +74,9 @@ func ReadRate(ctx context.Context, in *limiter.Inspector, name string) (v Rate, 
 // RateOf is s as Rate shows it.
 func RateOf(s limiter.RateState) Rate {
 	v := Rate{PausedMs: CeilMs(s.Paused)}
+	if l := s.Learned; l != nil {
+		v.Learned = &Learned{Min: l.Min, Max: l.Max, Rate: l.Rate, Overload: l.Overload, SinceMs: CeilMs(l.Since), Pinned: l.Pinned}
+	}
 	if s.Fleet.Events > 0 {
 		v.FleetRate = RateJSONOf(s.Fleet)
 	}

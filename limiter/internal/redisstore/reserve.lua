@@ -14,7 +14,8 @@
 -- ARGV[3] n: the event's cost
 -- ARGV[4] max_wait_us: the longest wait to reserve (-1: no bound)
 -- KEYS[5] adapt: STRING the learned rate's state (adapt.lua), 'pin' when
---               an operator set the fleet rate; absent: not learned
+--               an operator set the fleet rate since; absent: not learned
+--               (with a fleet rate: one set before any learning, pinned)
 -- ARGV[5] careful: 1 a name with no state takes its burst as spent
 --         until the server is surely older than a burst (see below)
 -- ARGV[6] learn: '' the asking rate is fixed; else "min start max per_ns"
@@ -43,9 +44,10 @@ local learn = ARGV[6]
 local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 local now = now_us()
 -- A learned rate: its state, started by the first learning Client, and
--- the fleet rate it applies.
+-- the fleet rate it applies. A fleet rate stored without a state was set
+-- by an operator (SetRate): pinned, as after a learning.
 local learned
-if learn ~= '' and st[5] ~= 'pin' then
+if learn ~= '' and st[5] ~= 'pin' and (st[5] or not st[3]) then
   local lo, start, hi, per_ns = string.match(learn, '^(%d+) (%d+) (%d+) (%d+)$')
   learned = adapt_parse(st[5])
   if not learned then

@@ -10,13 +10,14 @@ local events, per_ns, burst = ARGV[1], ARGV[2], ARGV[3]
 
 -- Stores a rate that overrides every RateLimit's own, for every process,
 -- with no expiry (an idle night does not bring the processes' own rates
--- back), and pins it: a learned rate stops moving. Clearing it clears
+-- back), and pins a learned rate: it stops moving (a rate stored before
+-- any learning is pinned as well: see reserve.lua). Clearing it clears
 -- what was learned too, and learning Clients start again. Reservations
 -- already made keep their times.
 if events == '0' then
   redis.call('DEL', KEYS[3], KEYS[5])
 else
   redis.call('SET', KEYS[3], events .. ' ' .. per_ns .. ' ' .. burst)
-  redis.call('SET', KEYS[5], 'pin')
+  redis.call('SET', KEYS[5], 'pin', 'XX')
 end
 return 1
