@@ -24,11 +24,11 @@ type Entry struct {
 	FleetLimit *int64 `json:"fleet_limit"` // null when none is set, and for a rate
 	// The limits its processes apply, for a semaphore; the rates, for a
 	// rate (State's). Empty when none is recorded.
-	Limits []LimitInUse `json:"limits"`
-	Rates  []RateInUse  `json:"rates"`
-	InUse      int64  `json:"in_use"`
-	Holders    int    `json:"holders"`
-	Waiters    int    `json:"waiters"` // requests in the wait queue
+	Limits  []LimitInUse `json:"limits"`
+	Rates   []RateInUse  `json:"rates"`
+	InUse   int64        `json:"in_use"`
+	Holders int          `json:"holders"`
+	Waiters int          `json:"waiters"` // requests in the wait queue
 	// A rate's; null for a semaphore.
 	FleetRate  *RateJSON `json:"fleet_rate"`
 	NextFreeMs *int64    `json:"next_free_ms"`

@@ -1,8 +1,8 @@
 package namestate
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 
 	"github.com/redsem/redsem/limiter"
 )
