@@ -68,10 +68,10 @@ var adaptiveVariants = []adaptiveVariant{
 			return newRedsemClient(p, learnStartLimit, learnStartRate)
 		}},
 	{Name: variantAdaptive,
-		Config: fmt.Sprintf("httplimit.Transport, rate learned fleet-wide (limiter.Adaptive) from %d/s within %d..%d/s (burst 1); the concurrency is not learned yet: Limit %d, the bound",
-			learnStartRate, learnMinRate, learnMaxRate, learnMaxLimit),
+		Config: fmt.Sprintf("httplimit.Transport, limit and rate learned fleet-wide (limiter.Adaptive(%d, %d): one option, so the rate starts at %d/s too), bounds %d at once and %d/s (burst 1)",
+			learnMinLimit, learnStartLimit, learnStartLimit, learnMaxLimit, learnMaxRate),
 		New: func(p adaptiveProc) (adaptiveClient, error) {
-			return newRedsemClient(p, learnMaxLimit, learnMaxRate, limiter.Adaptive(learnMinRate, learnStartRate))
+			return newRedsemClient(p, learnMaxLimit, learnMaxRate, limiter.Adaptive(learnMinLimit, learnStartLimit))
 		}},
 }
 
@@ -140,11 +140,16 @@ func (c *redsemClient) Learned() (float64, float64, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	st, err := c.lc.Inspector().Rate(ctx, c.learned)
+	insp := c.lc.Inspector()
+	st, err := insp.Rate(ctx, c.learned)
 	if err != nil || st.Learned == nil {
 		return 0, 0, false
 	}
-	return float64(c.limit) / adaptiveProcs, float64(st.Fleet.Events) / adaptiveProcs, true
+	limit, err := insp.Limit(ctx, c.learned)
+	if err != nil {
+		return 0, 0, false
+	}
+	return float64(limit) / adaptiveProcs, float64(st.Fleet.Events) / adaptiveProcs, true
 }
 
 func (c *redsemClient) Close() {

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,5 +186,87 @@ func TestAdaptiveBadInput(t *testing.T) {
 	var ae *limiter.ArgumentError
 	if !errors.As(err, &ae) || ae.Arg != "retryAfter" {
 		t.Errorf("Overload(-1s): %v, want an *ArgumentError naming retryAfter", err)
+	}
+}
+
+// learnedSemaphore is a Semaphore of limit (the bound) whose limit is
+// learned from start, on a Client of its own.
+func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) (*limiter.Semaphore, *limiter.Inspector) {
+	t.Helper()
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	s, err := c.Semaphore(name, limit, limiter.Adaptive(1, start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c.Inspector()
+}
+
+// A learned limit whose newcomers find every permit taken grows by one
+// for each, and its holders never exceed it nor the bound; an overload
+// cuts it (the slow start's first: to 0.6); SetLimit pins it, and
+// clearing it starts the learning again.
+func TestLearnedLimit(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-limit")
+	ctx := ctxT(t, 30*time.Second)
+	s, insp := learnedSemaphore(t, b, name, 64, 2)
+	var held, peak atomic.Int64
+	end := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				l, err := s.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := held.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				held.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	grown, err := insp.Limit(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grown < 8 || grown > 64 || peak.Load() > 64 {
+		t.Fatalf("12 callers for 1s from a learned limit of 2: limit %d, %d held at once; want it grown to 8..64", grown, peak.Load())
+	}
+	for range 3 { // one episode, however many tell it
+		if _, err := insp.Overload(ctx, name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cut, _ := insp.Limit(ctx, name); cut != int64(float64(grown)*0.6) && cut != int64(float64(grown)*0.6)+1 {
+		t.Fatalf("after one overload episode the limit is %d, want 0.6 of %d", cut, grown)
+	}
+	if err := insp.SetLimit(ctx, name, 5); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // past the episode
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	if pinned, _ := insp.Limit(ctx, name); pinned != 5 {
+		t.Fatalf("a pinned limit moved to %d, want 5", pinned)
+	}
+	if err := insp.SetLimit(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if again, _ := insp.Limit(ctx, name); again != 2 {
+		t.Fatalf("cleared, the limit learns again from %d, want 2 (the start)", again)
 	}
 }

@@ -101,20 +101,22 @@ func with[O Option](c config, opts []O) (config, error) {
 // how long a restarted server grants nothing new (RestartQuarantine).
 func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl = d }) }
 
-// Adaptive makes a RateLimit's rate learned, fleet-wide, from the
-// upstream: its Events (per its Per, Burst unchanged) start at start and
-// move between min and the Rate's Events. A reservation that has to wait
-// (the rate is all used) lets it grow: doubling each second until the
-// first overload, then back towards the rate of the last overload and
-// past it (CUBIC's curve); Inspector.Overload (a 429 or 503: httplimit and
-// asynqmw call it) cuts it, once per episode for the whole fleet. One
-// state per name in Redis, moved only by the scripts on the server's
-// clock: N processes' signals meet there, and every process applies what
-// it holds (a Redis failure fails the reservation, as for a fixed rate).
-// The first Client to learn a name sets its bounds; SetRate pins it.
-// min below 1 or above start gives an *ArgumentError naming Adaptive, and
-// so does a start above the Rate's Events (Client.RateLimit). A
-// Semaphore's limit is not learned yet: it is unused there.
+// Adaptive makes a Semaphore's limit or a RateLimit's rate learned,
+// fleet-wide, from the upstream: it starts at start and moves between
+// min and the limit (or the Rate's Events per Per, Burst unchanged) the
+// Semaphore or RateLimit is made with. A newcomer that finds every permit
+// taken, or a reservation that has to wait, lets it grow by its weight:
+// doubling with each round of calls until the first overload, then back
+// towards the last overload's value and past it (CUBIC's curve);
+// Inspector.Overload (a 429 or 503: httplimit and asynqmw call it) cuts
+// it, once per episode for the whole fleet. One state per name in Redis,
+// moved only by the scripts on the server's clock: N processes' signals
+// meet there, and every process applies what it holds (a Redis failure
+// fails the call, as for a fixed limit). The first Client to learn a name
+// sets its bounds; SetLimit or SetRate pins it, and clearing them starts
+// the learning again. min below 1 or above start gives an *ArgumentError
+// naming Adaptive, and so does a start above the limit or Events
+// (Client.Semaphore, Client.RateLimit). A Redlock Client does not learn.
 // docs/adaptive.md has the law.
 func Adaptive(min, start int64) NameOption {
 	return nameOption(func(c *config) { c.learn = store.Learn{Min: min, Start: start} })

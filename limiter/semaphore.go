@@ -42,7 +42,7 @@ func (s *Semaphore) Limit() int64 { return s.limit }
 // how long Acquire may wait (AcquireTimeout, or MaxWait's).
 func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.AcquireRequest, time.Duration, error) {
 	r := store.AcquireRequest{Limit: s.limit, Weight: 1, TTL: s.cfg.ttl, Owner: s.c.id, Channel: s.c.hub.channel(s.wake),
-		Quarantine: s.cfg.quarantine, Replicas: s.cfg.replicas}
+		Quarantine: s.cfg.quarantine, Replicas: s.cfg.replicas, Learn: s.cfg.learn}
 	bound := s.cfg.acquireTimeout
 	if len(opts) > 0 {
 		// Only a request with options pays for them: an option takes o's

@@ -11,7 +11,7 @@ import (
 // Acquire runs acquire.lua once.
 func (s *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRequest) (store.AcquireReply, error) {
 	// ARGV, one per line under acquire.lua's names for them.
-	args := append(evalArgs(acquireScript, k, 14),
+	args := append(evalArgs(acquireScript, k, 15),
 		r.Limit,                             // limit
 		r.Weight,                            // weight
 		s.ms.get(r.TTL.Milliseconds(), box), // ttl_ms
@@ -26,6 +26,7 @@ func (s *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRe
 		flag(r.DirectGrant),                 // direct_grant
 		s.ms.get(r.Quarantine.Milliseconds(), box), // quarantine_ms
 		flag(r.ExactToken),                         // exact
+		learnLimit(r.Learn),                        // learn
 	)
 	cmd, acked, waitErr := s.eval(ctx, acquireScript, k, r.Replicas, args)
 	v, err := cmd.Slice()
@@ -35,6 +36,15 @@ func (s *Store) Acquire(ctx context.Context, k store.Keyspace, r store.AcquireRe
 	rep, err := parseAcquire(v)
 	rep.Acked, rep.WaitErr = acked, waitErr
 	return rep, err
+}
+
+// learnLimit is acquire.lua's learn: "min start", or "" for a fixed
+// limit.
+func learnLimit(l store.Learn) string {
+	if l.Start == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d %d", l.Min, l.Start)
 }
 
 func parseAcquire(v []any) (store.AcquireReply, error) {

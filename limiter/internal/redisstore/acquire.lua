@@ -21,6 +21,9 @@
 --          quarantine_left)
 -- ARGV[14] exact: 1 the proposed token is the lease's own, to be taken
 --          as is (see quorumStore.regain)
+-- ARGV[15] learn: '' the limit is fixed; else "min start": it is learned
+--          between min and limit, from start (adapt.lua; not on a
+--          quorum's node)
 -- Numbers stored as they came (decimal from Go) keep their string too, as
 -- name_s: formatting a number costs more than the rest of a write.
 local limit_s, weight_s, ttl_ms_s = ARGV[1], ARGV[2], ARGV[3]
@@ -36,6 +39,7 @@ local fifo = ARGV[11] == '1'
 local direct_grant = ARGV[12] == '1'
 local quarantine_ms = ARGV[13]
 local exact = ARGV[14] == '1'
+local learn = ARGV[15]
 
 -- A quorum proposes the token so that its nodes, whose clocks differ,
 -- agree on it unless one has seen a later token. A quorum does not queue
@@ -55,7 +59,7 @@ local now_ms = floor(now / 1000)
 local exp = now_ms + ttl_ms
 -- One read for everything the common paths need ('?' and '!' alone, when
 -- this request does not queue, are never fields).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait)
+local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait, 'adapt')
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, num(st[3]) or 0
@@ -63,6 +67,19 @@ local mine = wait ~= '' and st[5]
 -- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
 -- (not on a quorum's nodes: its size is made for the asking limit).
 local cap = fifo and st[7]
+-- A learned limit (adapt.lua) is the fleet limit, its state beside it
+-- ('adapt'), started by the first learning Client; a fleet limit without
+-- a state is an operator's (SetLimit), and pins it as 'pin' does.
+local learned
+if fifo and learn ~= '' and st[11] ~= 'pin' and (st[11] or not cap) then
+  learned = adapt_parse(st[11])
+  if not learned then
+    local lo, start = string.match(learn, '^(%d+) (%d+)$')
+    learned = {min = lo + 0, max = limit, r = start + 0, wmax = 0, t_over = 0, t_move = now, hold = 0}
+    cap = start
+    redis.call('HSET', KEYS[2], 'cap', cap, 'adapt', adapt_string(learned))
+  end
+end
 local rule_s = cap or limit_s -- the limit a grant records
 if cap then
   limit = cap + 0
@@ -150,6 +167,12 @@ end
 
 local fits = not conflict and ahead and quarantine == 0 and total + ahead + weight <= limit
 local paused = fits and pause_left(KEYS, now_ms) or 0
+-- A newcomer that finds every permit taken says the limit is all used: a
+-- learned limit grows (adapt.lua), for the grants after this one.
+if learned and not conflict and quarantine == 0 and total + weight > limit and adapt_up(learned, now, weight) then
+  local grown = fmt(adapt_events(learned))
+  redis.call('HSET', KEYS[2], 'cap', grown, 'limit', grown, 'adapt', adapt_string(learned))
+end
 if fits and paused == 0 then
   -- A quorum granting a lease it holds again on a node that lost it
   -- gives the lease its own token (exact); the node's counter never

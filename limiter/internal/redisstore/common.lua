@@ -27,7 +27,10 @@ local LEASES, STATE, QUEUE, PAUSE = 1, 2, 3, 4
 --                emptied (seq when a call last found the queue empty:
 --                        see walk_queue),
 --                keyexp (when the keys expire),
---                cap    (the fleet-wide limit SetLimit stored, if any)
+--                cap    (the fleet-wide limit SetLimit stored, or the
+--                        limit learned, if any),
+--                adapt  (a learned limit's state, adapt.lua; 'pin' once
+--                        SetLimit stored one over it)
 -- KEYS[3] queue  ZSET wait -> arrival ticket: the FIFO of waiters
 -- KEYS[4] pause  STRING µs (server clock) until which the name grants
 --                nothing (pause.lua). Shared with the rate of the same

@@ -47,6 +47,16 @@ local overload = ARGV[4] == '1'
 -- from the pause's end (or now) by scale, the old rate over the new, tat
 -- too, and the notice says so ("end_us tat_us moved_us xscale rate-key").
 
+-- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
+-- and 'cap', see acquire.lua) for an overload at now whose pause ends at
+-- until_us.
+local function cut_learned_limit(keys, now, until_us)
+  local s = adapt_parse(redis.call('HGET', keys[2], 'adapt'))
+  if not s or not adapt_down(s, now, until_us) then return end
+  local cut = fmt(adapt_events(s))
+  redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
+end
+
 -- Cuts the learned rate of KEYS (adapt.lua) for an overload at now whose
 -- pause ends at until_us; returns the old rate over the new (1: no cut).
 local function cut_learned(keys, now, until_us)
@@ -77,6 +87,7 @@ if d_us + 0 > 0 and until_us > was then
 end
 local moved = until_us - max(now, was)
 local scale = overload and cut_learned(KEYS, now, until_us) or 1
+if overload then cut_learned_limit(KEYS, now, until_us) end
 if moved > 0 or scale > 1 then
   local tat = tonum(redis.call('GET', KEYS[5]) or '')
   if tat and tat > now then

@@ -18,10 +18,11 @@ local ttl_ms = ARGV[3]
 -- keys never expire (keyexp "inf": no grant sets an expiry), so an idle
 -- night does not silently bring back the processes' own limits.
 -- Returns the own waiters woken.
-local st = redis.call('HMGET', KEYS[2], 'total')
+local st = redis.call('HMGET', KEYS[2], 'total', 'adapt')
 local total = tonum(st[1]) or 0
 if n == 0 then
-  redis.call('HDEL', KEYS[2], 'cap')
+  -- A learned limit (acquire.lua) is forgotten too: learning starts again.
+  redis.call('HDEL', KEYS[2], 'cap', 'adapt')
   local last = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(+inf', '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
   local now = clock_ms()
   local until_ms = now + tonum(ttl_ms)
@@ -36,6 +37,8 @@ if n == 0 then
   return pass_on(KEYS, nil, math.huge, own, math.huge)
 end
 redis.call('HSET', KEYS[2], 'cap', n_s, 'limit', n_s, 'keyexp', 'inf')
+-- A learned limit is pinned: nothing moves it until the limit is cleared.
+if st[2] then redis.call('HSET', KEYS[2], 'adapt', 'pin') end
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])
 redis.call('PERSIST', KEYS[3])

@@ -35,6 +35,9 @@ type AcquireRequest struct {
 	ExactToken bool
 	// Replicas: WAIT for them after the script (WaitReplicas).
 	Replicas ReplicaWait
+	// Learn: the limit is learned between Learn.Min and Limit, from
+	// Learn.Start (zero: a fixed limit; a quorum's nodes ignore it).
+	Learn Learn
 }
 
 // AcquireReply answers an AcquireRequest or a ResumeRequest.
