@@ -287,3 +287,30 @@ func ExampleInspector_InUse() {
 	// limit 5 (1 processes)
 	// rate 18/1s burst 1 (1 processes)
 }
+
+// A partner API's real rate is unknown: the code sets the most it may
+// take (100/s), and the fleet learns the rest from its answers. Each 429
+// is told once (Inspector.Overload; httplimit and asynqmw do it), and
+// the rate every process applies is cut for the whole fleet.
+func ExampleAdaptive() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	client, _ := limiter.New(rdb)
+	defer client.Close(context.Background())
+	ctx := context.Background()
+
+	rl, err := client.RateLimit("example:learned", limiter.Rate{Events: 100, Per: time.Second, Burst: 1},
+		limiter.Adaptive(1, 50)) // from 50/s, between 1/s and 100/s
+	if err != nil {
+		panic(err)
+	}
+	_ = rl.Wait(ctx) // the first event starts the learning
+	// The API answered 429 with Retry-After: 1.
+	if _, err := client.Inspector().Overload(ctx, "example:learned", time.Second); err != nil {
+		panic(err)
+	}
+	st, _ := client.Inspector().Rate(ctx, "example:learned")
+	fmt.Printf("%d/s learned (bounds %d..%d), last overload at %.0f/s\n", st.Fleet.Events, st.Learned.Min, st.Learned.Max, st.Learned.Overload)
+	// Output:
+	// 30/s learned (bounds 1..100), last overload at 35/s
+}
