@@ -1,0 +1,47 @@
+package limiter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+)
+
+// Review: a cut that re-paces reserved times leaves pause.lua's record of
+// the move; the next reservation undoes the move (tat back to before the
+// stretch) when before - burst*T <= at with T the NEW (slower) interval,
+// although an event reserved at the old rate was still to come. The next
+// event is then timed from the unstretched tat, closer to the stretched
+// reserved event than the configured rate allows.
+func TestReviewCutUndoBeatsConfiguredRate(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "review-undo")
+	ctx := ctxT(t, 20*time.Second)
+	rdb := b.client(t)
+	// 10 per 2s, burst 1: T = 200ms, the configured bound; learned from 10.
+	rl, err := clientFor(t, rdb, limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: 10, Per: 2 * time.Second, Burst: 1}, limiter.Adaptive(1, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, at := reserveAhead(t, rl, 2) // now, +200ms
+	awaitPauseListeners(t, rdb, 1)
+	time.Sleep(time.Until(at[0].Add(100 * time.Millisecond)))
+	// 10 -> 6 (slow start's first cut): scale 10/6, no pause.
+	if _, err := clientFor(t, b.client(t)).Inspector().Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "the reservation re-paced", func() bool {
+		return rs[1].Time().Sub(at[1]) > 30*time.Millisecond
+	})
+	next, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("times from the first: %v (re-paced from %v), next %v",
+		rs[1].Time().Sub(at[0]), at[1].Sub(at[0]), next.Time().Sub(at[0]))
+	if gap := next.Time().Sub(rs[1].Time()); gap < 199*time.Millisecond {
+		t.Errorf("the next event is %v after the re-paced one: the configured rate (10/2s, burst 1) wants 200ms, the learned one 333ms", gap)
+	}
+}
