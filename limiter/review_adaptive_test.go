@@ -45,3 +45,37 @@ func TestReviewCutUndoBeatsConfiguredRate(t *testing.T) {
 		t.Errorf("the next event is %v after the re-paced one: the configured rate (10/2s, burst 1) wants 200ms, the learned one 333ms", gap)
 	}
 }
+
+// Review: the learned state, its bounds included, never expires, and the
+// first learning Client's bounds stay: after a deploy lowers the Rate
+// (100/s to 20/s, the upstream's contract changed), the processes still
+// send at the learned 100/s, five times their configured bound, forever.
+func TestReviewLearnedRateOutlivesItsConfiguredBound(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "review-bound")
+	ctx := ctxT(t, 20*time.Second)
+	old, err := clientFor(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The new deploy: another Client (process) with the lower bound.
+	rl, err := redistest.Limiter(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: 20, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, at := reserveAhead(t, rl, 21)
+	_ = rs
+	if span := at[20].Sub(at[0]); span < 990*time.Millisecond {
+		t.Errorf("21 events of a RateLimit of 20/s (burst 1) span %v, want at least 1s", span)
+	}
+	for _, k := range keysMatching(t, b.client(t), "*"+name+"*") {
+		if ttl := b.client(t).PTTL(ctx, k).Val(); ttl < 0 {
+			t.Logf("key %s has no expiry (%v)", k, ttl)
+		}
+	}
+}
