@@ -79,3 +79,27 @@ func TestReviewLearnedRateOutlivesItsConfiguredBound(t *testing.T) {
 		}
 	}
 }
+
+// Review: ParsePauseNotice takes the first word of an old-format notice's
+// key for the new "xscale" field when it reads "x<number>": a Prefix such
+// as "x2 jobs:" (spaces are allowed) makes every pause notice name
+// another key, so no reservation is moved and they go inside the pause.
+func TestReviewPausePrefixStartingWithX(t *testing.T) {
+	b := singleBackend(t)
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	c := redistest.Limiter(t, rdb, limiter.Prefix("x2 jobs:"), limiter.RestartQuarantine(0))
+	rl, err := c.RateLimit("review-x", limiter.Rate{Events: 10, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, at := reserveAhead(t, rl, 3) // now, +100ms, +200ms
+	awaitPauseListeners(t, rdb, 1)
+	if _, err := c.Inspector().Pause(ctx, "review-x", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if moved := rs[2].Time().Sub(at[2]); moved < 500*time.Millisecond {
+		t.Errorf("a reservation 200ms ahead moved %v by a pause of 1s: it goes inside the pause", moved)
+	}
+}
