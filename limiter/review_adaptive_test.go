@@ -103,3 +103,29 @@ func TestReviewPausePrefixStartingWithX(t *testing.T) {
 		t.Errorf("a reservation 200ms ahead moved %v by a pause of 1s: it goes inside the pause", moved)
 	}
 }
+
+// Review: a RateLimit that is not learned obeys a learned fleet rate as
+// it obeys SetRate's, upwards too: a process configured at 20/s (no
+// Adaptive) sends at the 100/s another process's Adaptive learned.
+func TestReviewFixedRateFollowsALearnedRateUp(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "review-fixed")
+	ctx := ctxT(t, 20*time.Second)
+	learner, err := clientFor(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := learner.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := redistest.Limiter(t, b.client(t), limiter.RestartQuarantine(0)).RateLimit(name,
+		limiter.Rate{Events: 20, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, at := reserveAhead(t, fixed, 21)
+	if span := at[20].Sub(at[0]); span < 990*time.Millisecond {
+		t.Errorf("21 events of a fixed RateLimit of 20/s (burst 1) span %v, want at least 1s", span)
+	}
+}
