@@ -129,3 +129,29 @@ func TestReviewFixedRateFollowsALearnedRateUp(t *testing.T) {
 		t.Errorf("21 events of a fixed RateLimit of 20/s (burst 1) span %v, want at least 1s", span)
 	}
 }
+
+// Review: a learned rate's keys ({name}:rate:adapt and :rate:fleet) are
+// written with no expiry by the first reservation: a per-key name (an
+// httplimit Key, an asynqmw Key rule) leaves two keys in Redis forever
+// for every key ever seen, where a fixed rate's state expires.
+func TestReviewLearnedRateKeysExpire(t *testing.T) {
+	b := singleBackend(t)
+	rdb := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, rdb, limiter.RestartQuarantine(0))
+	for range 3 {
+		rl, err := c.RateLimit(uniqueName(b, "review-perkey"),
+			limiter.Rate{Events: 10, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rl.Allow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keysMatching(t, rdb, "*review-perkey*") {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 0 {
+			t.Errorf("key %s never expires (PTTL %v)", k, ttl)
+		}
+	}
+}
