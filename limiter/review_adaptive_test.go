@@ -155,3 +155,35 @@ func TestReviewLearnedRateKeysExpire(t *testing.T) {
 		}
 	}
 }
+
+// Review: the episode's hold is the first overload's pause (or a second);
+// a later 429 of the same episode that lengthens the pause does not
+// lengthen the hold, so a third, heard while the fleet is still paused
+// (nothing was sent since the first: it is the same episode's), cuts
+// the learned rate again.
+func TestReviewOverloadDuringItsPauseCutsOnce(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "review-episode")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 100, 50)
+	if _, err := rl.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insp := clientFor(t, b.client(t)).Inspector()
+	for _, d := range []time.Duration{time.Second, 5 * time.Second} {
+		if _, err := insp.Overload(ctx, name, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if events, _ := fleetEvents(t, insp, name); events != 30 {
+		t.Fatalf("after the episode's first two 429s: %d/s, want 30 (50 cut once)", events)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the first pause, within the second
+	left, err := insp.Overload(ctx, name, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if events, _ := fleetEvents(t, insp, name); events != 30 {
+		t.Errorf("a 429 heard while still paused (%v left) cut again to %d/s, want 30", left, events)
+	}
+}
