@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -185,5 +186,18 @@ func TestReviewOverloadDuringItsPauseCutsOnce(t *testing.T) {
 	}
 	if events, _ := fleetEvents(t, insp, name); events != 30 {
 		t.Errorf("a 429 heard while still paused (%v left) cut again to %d/s, want 30", left, events)
+	}
+}
+
+// Review: Adaptive(0, 0) is the zero store.Learn, which validate takes
+// for "not learned": a min below 1 accepted with no *ArgumentError, and
+// the rate silently fixed.
+func TestReviewAdaptiveZeroZero(t *testing.T) {
+	b := singleBackend(t)
+	c := clientFor(t, b.client(t))
+	_, err := c.RateLimit("review-zero", limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(0, 0))
+	var ae *limiter.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "Adaptive" {
+		t.Errorf("RateLimit with Adaptive(0, 0): %v, want an *ArgumentError naming Adaptive", err)
 	}
 }
