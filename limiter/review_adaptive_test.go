@@ -201,3 +201,25 @@ func TestReviewAdaptiveZeroZero(t *testing.T) {
 		t.Errorf("RateLimit with Adaptive(0, 0): %v, want an *ArgumentError naming Adaptive", err)
 	}
 }
+
+// Review: growth is clocked by reservations that wait, not by events
+// made: 200 callers reserving at once (a backlog, 200 handlers) take a
+// learned rate from 10/s to 210/s before a tenth of a second of events
+// went, where the docs say it doubles per second of events at r.
+func TestReviewGrowthClockedByReservations(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "review-clock")
+	rl := learnedRate(t, b, name, 1000, 10)
+	start := time.Now()
+	rs, _ := reserveAhead(t, rl, 200)
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctxT(t, 5*time.Second))
+		}
+	}()
+	insp := clientFor(t, b.client(t)).Inspector()
+	events, _ := fleetEvents(t, insp, name)
+	if el := time.Since(start); events > 40 {
+		t.Errorf("%v after the first event at 10/s (learned), the fleet rate is %d/s: want at most about 20 (doubling per second of events)", el, events)
+	}
+}
