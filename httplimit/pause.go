@@ -2,9 +2,12 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/redsem/redsem/limiter"
 )
 
 // pauseTimeout bounds the Pause call after a 429 or 503: the response is
@@ -33,7 +36,8 @@ func (t *Transport) pauseOn(req *http.Request, name string, resp *http.Response)
 	d = min(d, t.maxPause)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 	defer cancel()
-	if _, err := t.inspector.Overload(ctx, name, d); err != nil {
+	// A Redlock Client keeps no rates: there is nothing to pause or cut.
+	if _, err := t.inspector.Overload(ctx, name, d); err != nil && !errors.Is(err, limiter.ErrRatesUnsupported) {
 		t.logger.Warn("httplimit: pause failed", "name", name, "cause", "upstream overload",
 			"status", resp.StatusCode, "pause", d, "err", err)
 	}

@@ -34,9 +34,9 @@ func fleetEvents(t *testing.T, insp *limiter.Inspector, name string) (int64, *li
 }
 
 // A learned rate whose every event waits (the rate is all used) grows by
-// an event a second for each event until the first overload (doubling
-// in well under a second of events): from 10/s, 2.2 seconds of full use
-// take it several times over, below its bound.
+// an event a second for each event, at most doubling a second, until the
+// first overload: from 10/s, 2.2 seconds of full use take it past 20/s
+// and below 10 * 2^2.2, far below its bound.
 func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(b, "learn-grow")
@@ -57,8 +57,8 @@ func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 		}
 		wg.Wait()
 		events, l := fleetEvents(t, insp, name)
-		if events < 30 || events > 150 {
-			t.Errorf("after 2.2s all used from 10/s the fleet rate is %d/s, want 30 to 150", events)
+		if events < 20 || events > 46 {
+			t.Errorf("after 2.2s all used from 10/s the fleet rate is %d/s, want 20 to 46", events)
 		}
 		if l == nil || l.Min != 1 || l.Max != 1000 || l.Overload != 0 || l.Pinned {
 			t.Errorf("learned state %+v, want bounds 1..1000 and no overload yet", l)
@@ -202,7 +202,8 @@ func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) 
 }
 
 // A learned limit whose newcomers find every permit taken grows by one
-// for each, and its holders never exceed it nor the bound; an overload
+// for each (at most doubling a second), and its holders never exceed the
+// bound; an overload
 // cuts it (the slow start's first: to 0.6); SetLimit pins it, and
 // clearing it starts the learning again.
 func TestLearnedLimit(t *testing.T) {
@@ -211,7 +212,7 @@ func TestLearnedLimit(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	s, insp := learnedSemaphore(t, b, name, 64, 2)
 	var held, peak atomic.Int64
-	end := time.Now().Add(time.Second)
+	end := time.Now().Add(2 * time.Second)
 	var wg sync.WaitGroup
 	for range 12 {
 		wg.Go(func() {
@@ -237,8 +238,8 @@ func TestLearnedLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if grown < 8 || grown > 64 || peak.Load() > 64 {
-		t.Fatalf("12 callers for 1s from a learned limit of 2: limit %d, %d held at once; want it grown to 8..64", grown, peak.Load())
+	if grown < 5 || grown > 8 || peak.Load() > 64 {
+		t.Fatalf("12 callers for 2s from a learned limit of 2: limit %d, %d held at once; want it grown to 5..8", grown, peak.Load())
 	}
 	for range 3 { // one episode, however many tell it
 		if _, err := insp.Overload(ctx, name, 0); err != nil {

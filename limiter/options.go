@@ -51,6 +51,7 @@ type config struct {
 	quarantineSet  bool
 	replicas       store.ReplicaWait
 	learn          store.Learn
+	learnSet       bool
 }
 
 // Defaults of the TTL and Prefix options.
@@ -119,7 +120,7 @@ func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl
 // (Client.Semaphore, Client.RateLimit). A Redlock Client does not learn.
 // docs/adaptive.md has the law.
 func Adaptive(min, start int64) NameOption {
-	return nameOption(func(c *config) { c.learn = store.Learn{Min: min, Start: start} })
+	return nameOption(func(c *config) { c.learn, c.learnSet = store.Learn{Min: min, Start: start}, true })
 }
 
 // RefreshInterval sets how often held leases are extended (default TTL/3,
@@ -347,7 +348,7 @@ func (c *config) validate() error {
 	if c.replicas.On() && (c.replicas.Timeout <= 0 || c.replicas.Timeout >= c.ttl) {
 		return argError("WaitReplicas", c.replicas.Timeout, "timeout must be > 0 and below the TTL "+c.ttl.String())
 	}
-	if l := c.learn; l != (store.Learn{}) && (l.Min < 1 || l.Start < l.Min) {
+	if l := c.learn; c.learnSet && (l.Min < 1 || l.Start < l.Min) {
 		return argError("Adaptive", l, "min must be at least 1 and start at least min")
 	}
 	if c.logger == nil {

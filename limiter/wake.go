@@ -178,7 +178,7 @@ func (h *hub) startLocked() {
 		h.c.st.Listen(h.c.ctx, []string{h.c.channel, pauses}, func(channel, msg string) {
 			if channel != pauses {
 				h.deliver(msg)
-			} else if n, ok := store.ParsePauseNotice(msg); ok {
+			} else if n, ok := store.ParsePauseNotice(msg, h.c.cfg.prefix); ok {
 				h.holds.paused(n)
 			}
 		}, h.outcome)

@@ -80,6 +80,9 @@ if fifo and learn ~= '' and st[11] ~= 'pin' and (st[11] or not cap) then
     redis.call('HSET', KEYS[2], 'cap', cap, 'adapt', adapt_string(learned))
   end
 end
+-- A learned limit is no greater than the asking Semaphore's, its bound
+-- (a Client whose code lowered it, or that does not learn).
+if cap and st[11] and st[11] ~= 'pin' and cap + 0 > limit then cap = limit_s end
 local rule_s = cap or limit_s -- the limit a grant records
 if cap then
   limit = cap + 0

@@ -32,6 +32,10 @@
 -- the fleet its Retry-After's pause, so the plateau is long: a doubled
 -- limit is found in about 2.8 ADAPT_K_US.
 
+-- A learned rate's keys live ADAPT_KEEP_MS after its last move (a name
+-- used by key, per customer or host, would keep them forever): a state
+-- left unmoved for a day starts again from its start.
+local ADAPT_KEEP_MS = 86400000
 local ADAPT_CUT = 0.85
 local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
 local ADAPT_SLOW_CUT = 0.6
@@ -59,14 +63,15 @@ end
 -- Moves s up for a reservation of n events that waited at now (the rate
 -- is all used); returns whether the events applied changed.
 --
--- Each event grows r by n at most (so that r doubles in a second of
--- events at r): growth is clocked by the events the fleet makes, as TCP's
--- window is by its ACKs, not by the clock alone, since the events already
--- reserved at the old rate go at its pace (a clock alone ran r up to 40
--- times what the upstream took while those drained).
+-- Each event grows r by n at most, and r at most doubles a second: the
+-- growth is clocked by the events the fleet makes, as TCP's window is by
+-- its ACKs, since the events already reserved at the old rate go at its
+-- pace (the clock alone ran r up to 40 times what the upstream took while
+-- those drained), and bounded by the clock, since callers arriving at once
+-- are events that have not gone yet.
 local function adapt_up(s, now, n)
   if now < s.hold then return false end
-  local r = s.r + n
+  local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
     r = min(r, s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x))

@@ -65,8 +65,8 @@ local function cut_learned(keys, now, until_us)
   if not s or not adapt_down(s, now, until_us) then return 1 end
   local events, per_burst = string.match(st[1], '^(%d+)( %d+ %d+)$')
   local cut = adapt_events(s)
-  redis.call('SET', keys[8], adapt_string(s))
-  redis.call('SET', keys[7], fmt(cut) .. per_burst)
+  redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
+  redis.call('SET', keys[7], fmt(cut) .. per_burst, 'PX', ADAPT_KEEP_MS)
   return max(events / cut, 1)
 end
 
@@ -86,8 +86,13 @@ if d_us + 0 > 0 and until_us > was then
   redis.call('PEXPIREAT', KEYS[4], fmt(ceil(until_us / 1000) + 86400000))
 end
 local moved = until_us - max(now, was)
-local scale = overload and cut_learned(KEYS, now, until_us) or 1
-if overload then cut_learned_limit(KEYS, now, until_us) end
+-- An overload heard while the name is paused is of the episode that
+-- paused it (nothing was sent since): it cuts nothing more.
+local scale = 1
+if overload and was <= now then
+  scale = cut_learned(KEYS, now, until_us)
+  cut_learned_limit(KEYS, now, until_us)
+end
 if moved > 0 or scale > 1 then
   local tat = tonum(redis.call('GET', KEYS[5]) or '')
   if tat and tat > now then
@@ -101,7 +106,13 @@ if moved > 0 or scale > 1 then
       if a and tonum(a) == tat then before, at = b, t end
     end
     redis.call('SET', KEYS[5], fmt(to), 'PX', px)
-    redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)
+    if scale > 1 then
+      -- Re-paced: what is still to come the next reservation cannot tell
+      -- by the new rate, so the move is not to be undone.
+      redis.call('DEL', KEYS[6])
+    else
+      redis.call('SET', KEYS[6], before .. ' ' .. fmt(to) .. ' ' .. at, 'PX', px)
+    end
     if notice ~= '' then
       local how = ' '
       if scale > 1 then how = ' x' .. format('%.17g', scale) .. ' ' end

@@ -52,17 +52,24 @@ if learn ~= '' and st[5] ~= 'pin' and (st[5] or not st[3]) then
   learned = adapt_parse(st[5])
   if not learned then
     learned = {min = lo + 0, max = hi + 0, r = start + 0, wmax = 0, t_over = 0, t_move = now, hold = 0}
-    redis.call('SET', KEYS[5], adapt_string(learned))
+    st[5] = adapt_string(learned)
+    redis.call('SET', KEYS[5], st[5], 'PX', ADAPT_KEEP_MS)
   end
   if not st[3] then
     st[3] = fmt(adapt_events(learned)) .. ' ' .. per_ns .. ' ' .. asked_burst
-    redis.call('SET', KEYS[3], st[3])
+    redis.call('SET', KEYS[3], st[3], 'PX', ADAPT_KEEP_MS)
   end
 end
 local T, burst -- T: the emission interval, µs
 if st[3] then
   local e, p, b = string.match(st[3], '^(%d+) (%d+) (%d+)$')
   T, burst = p / 1000 / e, b + 0
+  if st[5] and st[5] ~= 'pin' then
+    -- A learned rate is no faster than the asking rate, its bound (a
+    -- Client whose code lowered it, or that does not learn), and keeps
+    -- the asker's burst.
+    T, burst = max(T, asked_interval_us + 0), asked_burst + 0
+  end
 else
   T, burst = asked_interval_us + 0, asked_burst + 0
 end
@@ -106,8 +113,8 @@ if st[4] then redis.call('DEL', KEYS[4]) end
 -- (not for a pause's wait), for the reservations after this one.
 if learned and wait > 0 and paused <= now and adapt_up(learned, now, n) then
   local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
-  redis.call('SET', KEYS[3], fmt(adapt_events(learned)) .. per_burst)
-  redis.call('SET', KEYS[5], adapt_string(learned))
+  redis.call('SET', KEYS[3], fmt(adapt_events(learned)) .. per_burst, 'PX', ADAPT_KEEP_MS)
+  redis.call('SET', KEYS[5], adapt_string(learned), 'PX', ADAPT_KEEP_MS)
 end
 if wait == 0 then return 1 end
 return {1, ceil(wait), fmt(tat), nxt_s}

@@ -153,20 +153,25 @@ type PauseNotice struct {
 func (n PauseNotice) Stretch(t int64) int64 {
 	to := t + n.Moved
 	if n.Scale > 1 && to > n.End {
-		return int64(math.Ceil(float64(n.End) + float64(to-n.End)*n.Scale))
+		// The product converted on its own: Go may otherwise fuse the
+		// multiply-add, which Lua never does, and round differently.
+		return int64(math.Ceil(float64(n.End) + float64(float64(to-n.End)*n.Scale)))
 	}
 	return to
 }
 
-// ParsePauseNotice reads a notice as pause.lua publishes it: "end tat
-// moved key", or "end tat moved xscale key" when it re-paces.
-func ParsePauseNotice(msg string) (PauseNotice, bool) {
+// ParsePauseNotice reads a notice as pause.lua publishes it on
+// PauseChannel(prefix): "end tat moved key", or "end tat moved xscale
+// key" when it re-paces. Every key there starts with prefix, and the
+// scale's word only when the prefix does too and it is followed by the
+// prefix again: a prefix may hold spaces.
+func ParsePauseNotice(msg, prefix string) (PauseNotice, bool) {
 	f := strings.SplitN(msg, " ", 4)
 	if len(f) != 4 {
 		return PauseNotice{}, false
 	}
 	n := PauseNotice{Scale: 1}
-	if sc, key, ok := strings.Cut(f[3], " "); ok && strings.HasPrefix(sc, "x") {
+	if sc, key, ok := strings.Cut(f[3], " "); ok && strings.HasPrefix(sc, "x") && strings.HasPrefix(key, prefix+"{") {
 		if v, err := strconv.ParseFloat(sc[1:], 64); err == nil && v > 1 {
 			n.Scale, f[3] = v, key
 		}

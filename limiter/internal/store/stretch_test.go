@@ -16,11 +16,11 @@ func luaStretch(n PauseNotice, t int64) int64 {
 	return to
 }
 
-// Review: Stretch's float64(End) + float64(to-End)*Scale may be fused
+// Guards against what an adversarial review found: Stretch's float64(End) + float64(to-End)*Scale may be fused
 // into one multiply-add by the Go compiler (always on arm64, on amd64
 // with GOAMD64=v3), which Redis's Lua never does: the times then differ
 // from pause.lua's by a µs, either way. Run with GOAMD64=v3 on amd64.
-func TestReviewStretchMatchesLua(t *testing.T) {
+func TestStretchMatchesLua(t *testing.T) {
 	n := PauseNotice{End: 1764670000123457, Moved: 0, Scale: 25.0 / 24} // 25/s cut to its min of 24/s
 	bad := 0
 	for d := int64(1); d < 2_000_000 && bad < 3; d++ {
