@@ -175,7 +175,7 @@ func TestAdaptiveBadInput(t *testing.T) {
 	b := singleBackend(t)
 	c := clientFor(t, b.client(t))
 	r := limiter.Rate{Events: 100, Per: time.Second, Burst: 1}
-	for _, o := range []limiter.NameOption{limiter.Adaptive(0, 5), limiter.Adaptive(5, 3), limiter.Adaptive(1, 101)} {
+	for _, o := range []limiter.NameOption{limiter.Adaptive(0, 5), limiter.Adaptive(5, 3)} {
 		_, err := c.RateLimit("learn-bad", r, o)
 		var ae *limiter.ArgumentError
 		if !errors.As(err, &ae) || ae.Arg != "Adaptive" {
@@ -269,5 +269,44 @@ func TestLearnedLimit(t *testing.T) {
 	defer l.Release(ctx)
 	if again, _ := insp.Limit(ctx, name); again != 2 {
 		t.Fatalf("cleared, the limit learns again from %d, want 2 (the start)", again)
+	}
+}
+
+// An overload cuts what was all used: a name whose every permit is taken
+// while its rate has room has its learned limit cut and its learned rate
+// left; one Adaptive serves both, its start taken as each one's bound
+// where it is above it.
+func TestOverloadCutsWhatWasAllUsed(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-which")
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 10, limiter.Adaptive(1, 50)) // starts at 10, its bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	if _, err := rl.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the rate's next event is free again
+	insp := c.Inspector()
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := insp.Limit(ctx, name)
+	events, _ := fleetEvents(t, insp, name)
+	if limit != 6 || events != 50 {
+		t.Errorf("after an overload with every permit taken and the rate free: limit %d, rate %d/s; want 6 (10 cut) and 50 (left)", limit, events)
 	}
 }

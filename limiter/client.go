@@ -110,9 +110,7 @@ func (c *Client) Semaphore(name string, limit int64, opts ...NameOption) (*Semap
 	if err != nil {
 		return nil, err
 	}
-	if cfg.learn.Start > limit {
-		return nil, argError("Adaptive", cfg.learn.Start, fmt.Sprintf("start must be at most the limit (%d)", limit))
-	}
+	cfg.learn = cfg.learn.Within(limit)
 	if c.closedErr() != nil {
 		return nil, ErrClosed
 	}

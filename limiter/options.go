@@ -115,9 +115,12 @@ func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl
 // meet there, and every process applies what it holds (a Redis failure
 // fails the call, as for a fixed limit). The first Client to learn a name
 // sets its bounds; SetLimit or SetRate pins it, and clearing them starts
-// the learning again. min below 1 or above start gives an *ArgumentError
-// naming Adaptive, and so does a start above the limit or Events
-// (Client.Semaphore, Client.RateLimit). A Redlock Client does not learn.
+// the learning again. An overload cuts what was all used (every permit
+// taken, or the rate's next event not free), or both when neither was.
+// min and start above the limit or Events are taken as it (one Adaptive
+// serves an asynqmw or httplimit config of several names); min below 1
+// or above start gives an *ArgumentError naming Adaptive. A Redlock Client
+// does not learn.
 // docs/adaptive.md has the law.
 func Adaptive(min, start int64) NameOption {
 	return nameOption(func(c *config) { c.learn, c.learnSet = store.Learn{Min: min, Start: start}, true })

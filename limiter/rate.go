@@ -129,9 +129,7 @@ func (c *Client) RateLimit(name string, r Rate, opts ...NameOption) (*RateLimit,
 	if err != nil {
 		return nil, err
 	}
-	if cfg.learn.Start > r.Events {
-		return nil, argError("Adaptive", cfg.learn.Start, fmt.Sprintf("start must be at most the rate's Events (%d)", r.Events))
-	}
+	cfg.learn = cfg.learn.Within(r.Events)
 	st, ok := c.st.(store.Rates)
 	if !ok {
 		return nil, ErrRatesUnsupported

@@ -50,8 +50,8 @@ local overload = ARGV[4] == '1'
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
 -- until_us.
-local function cut_learned_limit(keys, now, until_us)
-  local s = adapt_parse(redis.call('HGET', keys[2], 'adapt'))
+local function cut_learned_limit(keys, state, now, until_us)
+  local s = adapt_parse(state)
   if not s or not adapt_down(s, now, until_us) then return end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
@@ -87,14 +87,20 @@ if d_us + 0 > 0 and until_us > was then
 end
 local moved = until_us - max(now, was)
 -- An overload heard while the name is paused is of the episode that
--- paused it (nothing was sent since): it cuts nothing more.
+-- paused it (nothing was sent since): it cuts nothing more. It cuts what
+-- was all used, the limit (every permit taken) or the rate (the next
+-- event not free now), or both when neither was: the upstream took less
+-- than either.
 local scale = 1
+local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if overload and was <= now then
-  scale = cut_learned(KEYS, now, until_us)
-  cut_learned_limit(KEYS, now, until_us)
+  local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
+  local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
+  local rate_full = tat and tat > now
+  if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
+  if limit_full or not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
 end
 if moved > 0 or scale > 1 then
-  local tat = tonum(redis.call('GET', KEYS[5]) or '')
   if tat and tat > now then
     local to = tat + moved
     if scale > 1 and to > until_us then to = ceil(until_us + (to - until_us) * scale) end

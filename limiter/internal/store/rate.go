@@ -62,8 +62,15 @@ type ReserveRequest struct {
 	Learn Learn
 }
 
-// Learn is where a learned rate may go, in events per the Rate's Per.
+// Learn is where a learned limit or rate may go, in permits or events
+// per the Rate's Per.
 type Learn struct{ Min, Start int64 }
+
+// Within is l with its min and start at most bound (the limit or the
+// Events): one Adaptive serves names of different bounds.
+func (l Learn) Within(bound int64) Learn {
+	return Learn{Min: min(l.Min, bound), Start: min(l.Start, bound)}
+}
 
 // ReserveReply is the answer to a ReserveRequest.
 type ReserveReply struct {
