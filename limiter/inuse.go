@@ -13,8 +13,11 @@ import (
 // limits and rates its processes' Clients apply. Where they disagree,
 // Limits and Rates hold each value with how many Clients apply it.
 type InUse struct {
-	FleetLimit int64 // stored with SetLimit (0: none)
+	FleetLimit int64 // stored with SetLimit, or learned (0: none)
 	FleetRate  Rate  // stored with SetRate (zero: none)
+	// Learned is set when the limit is learned (Adaptive): FleetLimit is
+	// then the limit it has learned. A rate's is in RateState.
+	Learned *Learned
 	// Limits are the limits of the name's Semaphores that Clients used
 	// (acquired, waited on, or held) within the last ~30s; Rates, the
 	// rates of its RateLimits that they reserved events by. Most Clients
@@ -39,7 +42,7 @@ type RateInUse struct {
 
 // InUse reads what name runs at, in one call. Each Client records the
 // limits and rates it applies with its keep-alive (every 10s while it
-// uses them, and within 0.1s of a value's first use): no call is added
+// uses them, and within about a second of a value's first use): no call is added
 // to an acquire or a reservation. A record lasts 30s unless written
 // again, so a process that died, or stopped using the name, drops out
 // within 30s; one that closed its Client too. A Redlock Client records
@@ -61,7 +64,7 @@ func (i *Inspector) InUse(ctx context.Context, name string) (InUse, error) {
 }
 
 func inUseOf(s store.UseState) InUse {
-	u := InUse{FleetLimit: s.FleetLimit, FleetRate: Rate(s.FleetRate)}
+	u := InUse{FleetLimit: s.FleetLimit, FleetRate: Rate(s.FleetRate), Learned: learned(s.Learned, s.Now)}
 	for v, n := range s.Owners {
 		switch limit, r, isRate, ok := store.ParseUseValue(v); {
 		case !ok: // a later version's: not ours to show

@@ -102,16 +102,17 @@ type RateState struct {
 	Learned *Learned
 }
 
-// Learned is the state of a learned rate, in events per its Per.
+// Learned is the state of a learned limit or rate (Adaptive), in
+// permits or events per the rate's Per.
 type Learned struct {
 	Min, Max int64   // its bounds
-	Rate     float64 // what it has learned (Fleet's Events is its floor)
-	// Overload is the rate of its last overload (0: none yet: it doubles
+	Value    float64 // what it has learned (the limit or Events is its floor)
+	// Overload is its value at its last overload (0: none yet: it grows
 	// while all used), and Since how long ago that was.
 	Overload float64
 	Since    time.Duration
-	// Pinned: SetRate stored the fleet rate; nothing moves it until
-	// SetRate with the zero Rate.
+	// Pinned: SetLimit or SetRate stored the value; nothing moves it
+	// until they clear it.
 	Pinned bool
 }
 
@@ -136,7 +137,7 @@ func learned(v string, now int64) *Learned {
 	}
 	var l Learned
 	var tOver, tMove, hold int64
-	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Rate, &l.Overload, &tOver, &tMove, &hold); n != 7 {
+	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Value, &l.Overload, &tOver, &tMove, &hold); n != 7 {
 		return nil
 	}
 	if l.Overload > 0 {

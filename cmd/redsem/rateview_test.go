@@ -287,7 +287,7 @@ func TestShowLearnedRate(t *testing.T) {
 		t.Errorf("show learn:\n%s\nwant the learned 30.0 within 1..100 and its last overload at 35.0", out)
 	}
 	js := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", true) })
-	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"rate":30,"last_overload_rate":35`) {
+	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"value":30,"last_overload_rate":35`) {
 		t.Errorf("show -json learn: %s\nwant its learned state", js)
 	}
 }

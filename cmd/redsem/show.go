@@ -39,6 +39,9 @@ func writeState(w io.Writer, st namestate.State) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", st.Name)
 	fmt.Fprintf(tw, "limit:\t%s\n", limit)
+	if st.Learned != nil {
+		fmt.Fprintf(tw, "learned:\t%s\n", namestate.LearnedText(st.Learned, ttlText))
+	}
 	fmt.Fprintf(tw, "in use:\t%s\n", inUseOf(st))
 	fmt.Fprintf(tw, "holders:\t%d\n", len(st.Holders))
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(st.Waiters))

@@ -27,8 +27,6 @@ func TestWatch(t *testing.T) {
 	jobs := f.sem(t, "jobs", 1, limiter.AcquireTimeout(0))
 	const interval = 50 * time.Millisecond
 
-	ctx, cancel := context.WithTimeout(f.ctx(), 1500*time.Millisecond)
-	defer cancel()
 	var text, js, screen bytes.Buffer // each written by one watch, read once they return
 	var wg sync.WaitGroup
 	// Its limit recorded before the watch starts: each line shows it.
@@ -36,6 +34,8 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.recorded(t, "jobs")
+	ctx, cancel := context.WithTimeout(f.ctx(), 1500*time.Millisecond) // after the record's wait
+	defer cancel()
 	start := time.Now()
 	for _, c := range []struct {
 		w *bytes.Buffer

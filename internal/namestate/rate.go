@@ -34,14 +34,23 @@ type Rate struct {
 	Learned *Learned `json:"learned"`
 }
 
-// Learned is a learned rate's state, in events per the rate's period.
+// Learned is a learned limit's or rate's state, in permits or events
+// per the rate's period.
 type Learned struct {
 	Min      int64   `json:"min"`
 	Max      int64   `json:"max"`
-	Rate     float64 `json:"rate"`
+	Value    float64 `json:"value"`
 	Overload float64 `json:"last_overload_rate"` // 0: none yet
 	SinceMs  int64   `json:"since_overload_ms"`
 	Pinned   bool    `json:"pinned"` // an operator set the rate (SetRate)
+}
+
+// LearnedOf is l as show writes it (nil for nil).
+func LearnedOf(l *limiter.Learned) *Learned {
+	if l == nil {
+		return nil
+	}
+	return &Learned{Min: l.Min, Max: l.Max, Value: l.Value, Overload: l.Overload, SinceMs: CeilMs(l.Since), Pinned: l.Pinned}
 }
 
 // LearnedText says what l learned: "18.4 within 1..30; last overload at
@@ -51,9 +60,9 @@ func LearnedText(l *Learned, ago func(int64) string) string {
 	case l == nil:
 		return "-"
 	case l.Pinned:
-		return "pinned (set by redsem rate; clear it to learn again)"
+		return "pinned (set by redsem limit or rate; clear it to learn again)"
 	}
-	txt := fmt.Sprintf("%.1f within %d..%d", l.Rate, l.Min, l.Max)
+	txt := fmt.Sprintf("%.1f within %d..%d", l.Value, l.Min, l.Max)
 	if l.Overload == 0 {
 		return txt + "; no overload yet (growing while all used)"
 	}
@@ -74,9 +83,7 @@ func ReadRate(ctx context.Context, in *limiter.Inspector, name string) (v Rate, 
 // RateOf is s as Rate shows it.
 func RateOf(s limiter.RateState) Rate {
 	v := Rate{PausedMs: CeilMs(s.Paused)}
-	if l := s.Learned; l != nil {
-		v.Learned = &Learned{Min: l.Min, Max: l.Max, Rate: l.Rate, Overload: l.Overload, SinceMs: CeilMs(l.Since), Pinned: l.Pinned}
-	}
+	v.Learned = LearnedOf(s.Learned)
 	if s.Fleet.Events > 0 {
 		v.FleetRate = RateJSONOf(s.Fleet)
 	}

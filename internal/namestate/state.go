@@ -28,6 +28,9 @@ type State struct {
 	// set, overrides them.
 	Limits []LimitInUse `json:"limits"`
 	Rates  []RateInUse  `json:"rates"`
+	// Learned is the state of a learned limit (limiter.Adaptive): then
+	// FleetLimit is what it learned; nil (null) otherwise.
+	Learned *Learned `json:"learned"`
 	// Rate is the state of the rate limit of the same name; nil (null)
 	// when it has none: no fleet rate, no reservations and no pause.
 	Rate    *Rate    `json:"rate"`
@@ -100,7 +103,7 @@ func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
 	if u.FleetLimit > 0 {
 		st.FleetLimit = &u.FleetLimit
 	}
-	st.Limits, st.Rates = LimitsOf(u), RatesOf(u)
+	st.Limits, st.Rates, st.Learned = LimitsOf(u), RatesOf(u), LearnedOf(u.Learned)
 	ws, err := r.Waiters(ctx, name)
 	if err != nil {
 		return st, err

@@ -76,14 +76,14 @@ func (s *Store) ReadUses(ctx context.Context, k store.Keyspace) (store.UseState,
 	if err != nil {
 		return store.UseState{}, err
 	}
-	if len(v) < 2 {
+	if len(v) < 4 {
 		return store.UseState{}, errors.New("unexpected inuse reply")
 	}
-	st := store.UseState{FleetLimit: atoi(v[0]), Owners: map[string]int{}}
+	st := store.UseState{FleetLimit: atoi(v[0]), Learned: v[2], Now: atoi(v[3]), Owners: map[string]int{}}
 	if f := strings.Fields(v[1]); len(f) == 3 {
 		st.FleetRate = store.Rate{Events: atoi(f[0]), Per: time.Duration(atoi(f[1])), Burst: atoi(f[2])}
 	}
-	for _, m := range v[2:] {
+	for _, m := range v[4:] {
 		if value, _, ok := strings.Cut(m, "|"); ok {
 			st.Owners[value]++
 		}

@@ -29,8 +29,12 @@ type UseRecord struct {
 
 // UseState is what Redis holds of a name's limits in use.
 type UseState struct {
-	FleetLimit int64 // SetLimit's (0: none)
+	FleetLimit int64 // SetLimit's or learned (0: none)
 	FleetRate  Rate  // SetRate's (Events 0: none)
+	// Learned is a learned limit's state as adapt.lua keeps it ("": none;
+	// "pin": set by SetLimit since), read at Now (µs, server clock).
+	Learned string
+	Now     int64
 	// Owners maps each value (LimitValue, RateValue) to the Clients that
 	// applied it lately.
 	Owners map[string]int
