@@ -269,7 +269,7 @@ func ExampleInspector_InUse() {
 	if err := rl.Wait(ctx); err != nil {
 		panic(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the record goes within 0.1s
+	time.Sleep(1200 * time.Millisecond) // the first record goes within a second
 
 	u, err := client.Inspector().InUse(ctx, "example:in-use")
 	if err != nil {
