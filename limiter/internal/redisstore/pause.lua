@@ -88,9 +88,10 @@ end
 local moved = until_us - max(now, was)
 -- An overload heard while the name is paused is of the episode that
 -- paused it (nothing was sent since): it cuts nothing more. It cuts what
--- was all used, the limit (every permit taken) or the rate (the next
--- event not free now), or both when neither was: the upstream took less
--- than either.
+-- was all used: the rate when its next event was not free now (a 429 is
+-- a rate's more often than not, and a lower rate lowers the calls at
+-- once too), else the limit when every permit was taken, else both (the
+-- upstream took less than either).
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if overload and was <= now then
@@ -98,7 +99,7 @@ if overload and was <= now then
   local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
   local rate_full = tat and tat > now
   if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
-  if limit_full or not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then
