@@ -103,9 +103,14 @@ func (i *Inspector) whyState(ctx context.Context, k store.Keyspace, name string,
 // whyNew is Why for a request of weight 1 made now: the queue's answer
 // for one more waiter, or the rate's next slot when that is later.
 func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) (Why, error) {
-	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: st.Limit})
+	limit := st.Limit
+	if limit == 0 && st.FleetLimit == 0 {
+		limit = maxLimit // no grant yet: nothing but a gate holds it back
+	}
+	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: limit})
 	w := explain(st)
 	why := w[len(w)-1]
+	why.Limit = min(why.Limit, st.Limit+st.FleetLimit)
 	next, err := i.nextSlot(ctx, name)
 	if err != nil {
 		return Why{}, err

@@ -17,7 +17,8 @@ import (
 )
 
 // runWhyChild acquires REDSEM_NAME (limit REDSEM_LIMIT) from REDSEM_N
-// goroutines in a loop, holding each lease REDSEM_HOLD (0: for ever), and
+// goroutines (started REDSEM_STAGGER apart) in a loop, holding each lease
+// REDSEM_HOLD (0: for ever), and
 // prints "granted <lease id> <unix ns>" at each grant, until killed.
 func runWhyChild() int {
 	rdb := childClient()
@@ -26,6 +27,7 @@ func runWhyChild() int {
 	n, _ := strconv.Atoi(os.Getenv("REDSEM_N"))
 	hold, _ := time.ParseDuration(os.Getenv("REDSEM_HOLD"))
 	q, _ := time.ParseDuration(os.Getenv("REDSEM_QUARANTINE"))
+	stagger, _ := time.ParseDuration(os.Getenv("REDSEM_STAGGER"))
 	ctx := context.Background()
 	client, err := limiter.New(rdb, limiter.RestartQuarantine(q), limiter.AcquireTimeout(0))
 	if err == nil {
@@ -40,8 +42,9 @@ func runWhyChild() int {
 		return 1
 	}
 	var mu sync.Mutex
-	for range n {
+	for k := range n {
 		go func() {
+			time.Sleep(time.Duration(k) * stagger)
 			for {
 				l, err := sem.Acquire(ctx)
 				mu.Lock()
@@ -80,12 +83,13 @@ func (g *grants) get(id string) (time.Time, bool) {
 }
 
 // startWhyChild starts a runWhyChild process whose grants land in g.
-func startWhyChild(t testing.TB, b backend, g *grants, name string, limit int64, n int, hold, quarantine time.Duration) {
+// Its goroutines start stagger apart.
+func startWhyChild(t testing.TB, b backend, g *grants, name string, limit int64, n int, hold, quarantine, stagger time.Duration) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), b.env...)
 	cmd.Env = append(cmd.Env, redistest.ChildEnv+"=why", "REDSEM_NAME="+name, "REDSEM_LIMIT="+strconv.FormatInt(limit, 10),
-		"REDSEM_N="+strconv.Itoa(n), "REDSEM_HOLD="+hold.String(), "REDSEM_QUARANTINE="+quarantine.String())
+		"REDSEM_N="+strconv.Itoa(n), "REDSEM_HOLD="+hold.String(), "REDSEM_QUARANTINE="+quarantine.String(), "REDSEM_STAGGER="+stagger.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -135,12 +139,12 @@ func TestWhyFullAndFleetLimitAcrossProcesses(t *testing.T) {
 	name := uniqueName(b, "whyfull")
 	in := clientFor(t, b.client(t)).Inspector()
 	g := newGrants()
-	startWhyChild(t, b, g, name, 2, 2, 0, 0)
+	startWhyChild(t, b, g, name, 2, 2, 0, 0, 0)
 	redistest.Eventually(t, 20*time.Second, "2 holders", func() bool {
 		hs, _ := in.Holders(ctx, name)
 		return len(hs) == 2
 	})
-	startWhyChild(t, b, g, name, 2, 3, 0, 0)
+	startWhyChild(t, b, g, name, 2, 3, 0, 0, 0)
 	ws := waitersOf(t, in, name, 3)
 	for j, w := range ws {
 		if w.Why.Reason != limiter.ReasonFull || w.Why.Ahead != j || w.Why.InUse != 2 || w.Why.Limit != 2 || !w.Why.Estimated || w.Why.ETA <= 0 {
@@ -166,12 +170,12 @@ func TestWhyFullAndFleetLimitAcrossProcesses(t *testing.T) {
 	if err := in.SetLimit(ctx, name5, 2); err != nil {
 		t.Fatal(err)
 	}
-	startWhyChild(t, b, g, name5, 5, 2, 0, 0)
+	startWhyChild(t, b, g, name5, 5, 2, 0, 0, 0)
 	redistest.Eventually(t, 20*time.Second, "2 holders", func() bool {
 		hs, _ := in.Holders(ctx, name5)
 		return len(hs) == 2
 	})
-	startWhyChild(t, b, g, name5, 5, 4, 0, 0)
+	startWhyChild(t, b, g, name5, 5, 4, 0, 0, 0)
 	ws = waitersOf(t, in, name5, 4)
 	for j, w := range ws {
 		want := limiter.ReasonFleetLimit
@@ -197,8 +201,8 @@ func TestWhyPausedAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGrants()
-	startWhyChild(t, b, g, name, 1, 1, time.Hour, 0)
-	startWhyChild(t, b, g, name, 1, 1, time.Hour, 0)
+	startWhyChild(t, b, g, name, 1, 1, time.Hour, 0, 0)
+	startWhyChild(t, b, g, name, 1, 1, time.Hour, 0, 0)
 	ws := waitersOf(t, in, name, 2)
 	read := time.Now()
 	for _, w := range ws {
@@ -225,8 +229,8 @@ func TestWhyQuarantineAcrossProcesses(t *testing.T) {
 	const q = 6 * time.Second
 	in := clientFor(t, b.client(t), limiter.RestartQuarantine(q)).Inspector()
 	g := newGrants()
-	startWhyChild(t, b, g, name, 1, 1, time.Hour, q)
-	startWhyChild(t, b, g, name, 1, 1, time.Hour, q)
+	startWhyChild(t, b, g, name, 1, 1, time.Hour, q, 0)
+	startWhyChild(t, b, g, name, 1, 1, time.Hour, q, 0)
 	ws := waitersOf(t, in, name, 2)
 	read := time.Now()
 	for _, w := range ws {
