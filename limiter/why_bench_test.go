@@ -187,7 +187,7 @@ func BenchmarkWhy10000Waiters(b *testing.B) {
 		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	defer func() { b.StopTimer(); cancel(); wg.Wait() }()
 	const n = 10000
 	for range n {
 		wg.Add(1)
