@@ -61,7 +61,7 @@ type Why struct {
 // name's last grant, and, when the name is also a RateLimit's, for its
 // next slot), ReasonNone when it would not. One script call reads the
 // holders, the whole queue up to id, the pause and the quarantine at one
-// instant (about 30ms for 10,000 waiters ahead), plus one for the rate
+// instant (about 40ms for 10,000 waiters ahead), plus one for the rate
 // when id is "". An id not in the queue (granted, gone) gives an
 // *ArgumentError naming "id"; a Redlock Client, whose nodes each hold
 // their own queue, an error. Other errors are the other methods'.
@@ -110,7 +110,9 @@ func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) 
 	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: limit})
 	w := explain(st)
 	why := w[len(w)-1]
-	why.Limit = min(why.Limit, st.Limit+st.FleetLimit)
+	if limit == maxLimit {
+		why.Limit = 0 // not known
+	}
 	next, err := i.nextSlot(ctx, name)
 	if err != nil {
 		return Why{}, err
