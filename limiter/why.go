@@ -62,9 +62,11 @@ type Why struct {
 // next slot), ReasonNone when it would not. One script call reads the
 // holders, the whole queue up to id, the pause and the quarantine at one
 // instant (about 40ms for 10,000 waiters ahead), plus one for the rate
-// when id is "". An id not in the queue (granted, gone) gives an
-// *ArgumentError naming "id"; a Redlock Client, whose nodes each hold
-// their own queue, an error. Other errors are the other methods'.
+// when id is "". It only reads: a ctx that ends, or a Redis failure,
+// returns that error wrapped and leaves nothing behind. An id not in the
+// queue (granted, gone) gives an *ArgumentError naming "id"; a Redlock
+// Client, whose nodes each hold their own queue, an error; after Close,
+// ErrClosed.
 func (i *Inspector) Why(ctx context.Context, name, id string) (Why, error) {
 	k, err := i.keys(ctx, name)
 	if err != nil {
@@ -117,7 +119,7 @@ func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) 
 	if err != nil {
 		return Why{}, err
 	}
-	if next > 0 && next >= why.ETA {
+	if next > 0 && why.ETA >= 0 && next >= why.ETA {
 		why.Reason, why.ETA, why.Estimated = ReasonRate, next, false
 		if st.PauseEnd > st.Now && next <= time.Duration(st.PauseEnd-st.Now)*time.Microsecond+time.Millisecond {
 			why.Reason = ReasonPaused
