@@ -283,6 +283,9 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 			out = m.pause(ctx, t, gs, pe)
 		}
 		var busy *BusyError
+		if !ran && errors.As(out, &busy) {
+			m.explain(t, gs, busy)
+		}
 		// MaxGated counts every re-queue of a task that did not run to
 		// its end: gated, paused, or cut short by a lost lease.
 		if (!ran || pe != nil || errors.Is(out, limiter.ErrLeaseLost)) && errors.As(out, &busy) && m.opts.inspector != nil {
@@ -291,6 +294,22 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		}
 		return out
 	})
+}
+
+// explain fills in why busy's gate refused the task, from the limiter's
+// refusal it wraps (no Redis call), and logs the re-queue with it.
+func (m *middleware) explain(t *asynq.Task, gs []gate, busy *BusyError) {
+	var lb *limiter.BusyError
+	if busy.Reason == "" && errors.As(busy.Err, &lb) {
+		busy.Reason, busy.ETA = lb.Reason(), lb.RetryIn
+		for _, g := range gs {
+			if g.name == busy.Semaphore && g.name != g.r.Name && busy.Reason == limiter.ReasonFull {
+				busy.Reason = ReasonKeyLimit
+			}
+		}
+	}
+	m.opts.logger.Debug("asynqmw: busy, re-queued", "task", t.Type(), "name", busy.Semaphore,
+		"reason", string(busy.Reason), "eta", busy.ETA, "retry_in", busy.RetryIn)
 }
 
 // runID names one run of a task: its queue and id (ids are unique per

@@ -47,9 +47,23 @@ type BusyError struct {
 	// makes IsFailure count the error as a failure.
 	Since    time.Time
 	Exceeded bool
+	// Reason is why the task could not go, as the limiter's refusal said
+	// (limiter.BusyError.Reason), or ReasonKeyLimit for a Key rule whose
+	// key's own limit was full; "" when no refusal says (a Redis failure,
+	// a held job lock). ETA is how long, from the refusal, until the gate
+	// should let it through: exact for a pause, the restart quarantine or
+	// a rate's slot; for a full limit the earliest lease expiry, a lower
+	// bound (limiter.Inspector.Why estimates it, with one more read).
+	Reason limiter.Reason
+	ETA    time.Duration
 	// Err says what ended the wait (Unwrap returns it); it may be nil.
 	Err error
 }
+
+// ReasonKeyLimit is a BusyError's Reason when a Key rule's key was full:
+// the key's own limit (KeyLimit, else Limit), not the rule's other
+// keys, held the task back.
+const ReasonKeyLimit limiter.Reason = "key-limit"
 
 // sinceMark carries Since in the error text, which asynq stores as the
 // task's last error: the next busy return reads it back (MaxGated).
@@ -66,6 +80,9 @@ func (e *BusyError) Error() string {
 		what = parkedText
 	}
 	msg := fmt.Sprintf("asynqmw: %s is %s; retry in %v", e.Semaphore, what, e.RetryIn.Round(time.Millisecond))
+	if e.Reason != "" {
+		msg = fmt.Sprintf("asynqmw: %s is %s (%s, eta %v); retry in %v", e.Semaphore, what, e.Reason, e.ETA.Round(time.Millisecond), e.RetryIn.Round(time.Millisecond))
+	}
 	if e.Exceeded {
 		msg = fmt.Sprintf("asynqmw: %s is busy, and the task is gated for longer than MaxGated (counted as a failure)", e.Semaphore)
 	}

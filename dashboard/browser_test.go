@@ -262,3 +262,33 @@ func TestBrowserLimitsInUse(t *testing.T) {
 	run(t, ctx, 10*time.Second, "and so does the overview", chromedp.Navigate(f.http.URL+"/"),
 		textIs(row+"td.limit", "5 (1 proc), 4 (1 proc)"))
 }
+
+// In a real browser: the wait queue says why each waiter waits and when
+// it should be granted: "full" with the waiters ahead and an estimated
+// ETA, then, once the name is paused, "paused" with the pause's end
+// (issue 32).
+func TestBrowserWaitQueueSaysWhy(t *testing.T) {
+	ctx := newBrowser(t)
+	f := newFixture(t)
+	const name = "why-queue"
+	s := f.sem(t, name, 1, limiter.AcquireTimeout(0))
+	f.hold(t, s, "worker-1", 1)
+	f.queue(t, s, 1)
+	f.queue(t, s, 1)
+	first, second := `table.waiters tbody tr:nth-child(1) `, `table.waiters tbody tr:nth-child(2) `
+	estimated := func(sel string) chromedp.Action[chromedp.Void] {
+		js := fmt.Sprintf(`((document.querySelector(%q) || {}).textContent || "").startsWith("~")`, sel)
+		return void(chromedp.Poll[bool](js, chromedp.WithPollingTimeout(5*time.Second)))
+	}
+	run(t, ctx, 10*time.Second, "the queue says full, with the waiters ahead", chromedp.Navigate(f.http.URL+"/name?name="+name),
+		textIs(first+"td.why", "full, 0 ahead"), textIs(second+"td.why", "full, 1 ahead"),
+		estimated(first+"td.eta"), estimated(second+"td.eta"))
+	screenshot(t, ctx, "queue-why")
+	if _, err := f.app.Inspector().Pause(f.ctx, name, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, 10*time.Second, "a pause says paused, until its end", textIs(first+"td.why", "paused"),
+		textIs(second+"td.why", "paused"), void(chromedp.Poll[bool](
+			fmt.Sprintf(`/^(1h0m|59m)/.test((document.querySelector(%q) || {}).textContent || "")`, first+"td.eta"),
+			chromedp.WithPollingTimeout(5*time.Second))))
+}

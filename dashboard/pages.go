@@ -34,6 +34,8 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"rate":     (*namestate.RateJSON).Text,
 	"nextFree": func(ms *int64) string { return namestate.NextFreeText(ms, durText) },
 	"paused":   func(ms int64) string { return namestate.PausedText(ms, durText) },
+	"why":      namestate.ReasonText,
+	"eta":      func(w namestate.Why) string { return namestate.ETAText(w, durText) },
 	"inc":      func(i int) int { return i + 1 },
 	"share":    func(n int64, f float64) float64 { return float64(n) * f },
 }).ParseFS(templateFiles, "templates/*.html"))

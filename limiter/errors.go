@@ -163,6 +163,23 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, Paused: rep.Paused, timedOut: timedOut}
 }
 
+// Reason says what refused the request: ReasonPaused, ReasonQuarantine
+// (Restarted), ReasonRate, else ReasonFull. RetryIn is then exactly until
+// the pause, the quarantine or the rate's slot ends; for ReasonFull it is
+// the earliest expiry, a lower bound (Inspector.Why estimates the wait
+// from the queue, at the cost of a read this error does not make).
+func (e *BusyError) Reason() Reason {
+	switch {
+	case e.Paused:
+		return ReasonPaused
+	case e.Restarted:
+		return ReasonQuarantine
+	case e.Rate:
+		return ReasonRate
+	}
+	return ReasonFull
+}
+
 // Error says how full the semaphore was and when to try again.
 func (e *BusyError) Error() string {
 	if e.Rate {

@@ -41,6 +41,9 @@ type Waiter struct {
 	// Limit is the limit of the Semaphore it waits on: the one it is
 	// served under when no fleet limit (SetLimit) is stored.
 	Limit int64
+	// Why is why it waits and when it should be granted (zero on a
+	// Redlock Client).
+	Why Why
 }
 
 // maxWaitersListed bounds what Waiters reads in one call.
@@ -122,11 +125,15 @@ func (i *Inspector) Holders(ctx context.Context, name string) ([]Holder, error) 
 
 // Waiters lists the requests waiting for name, in the order they will be
 // served (the first 1000; on a Redlock Client, one node's queue, which
-// only says whom to wake).
+// only says whom to wake), each with why it waits and when it should be
+// granted (see Why), read with the holders and the pause in one call.
 func (i *Inspector) Waiters(ctx context.Context, name string) ([]Waiter, error) {
 	k, err := i.keys(ctx, name)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := i.c.st.(store.Whys); ok {
+		return i.whyWaiters(ctx, k, name)
 	}
 	ws, err := i.c.st.Waiters(ctx, k, maxWaitersListed)
 	if err != nil {
@@ -134,7 +141,7 @@ func (i *Inspector) Waiters(ctx context.Context, name string) ([]Waiter, error) 
 	}
 	out := make([]Waiter, len(ws))
 	for j, w := range ws {
-		out[j] = Waiter(w)
+		out[j] = Waiter{ID: w.ID, Weight: w.Weight, TTL: w.TTL, Limit: w.Limit}
 	}
 	return out, nil
 }

@@ -23,7 +23,7 @@ import (
 // The multi-process tests re-run this test binary as workers (runChild,
 // runWaiterChild); the runnable Examples find their server in REDIS_ADDR.
 func TestMain(m *testing.M) {
-	redistest.Main(m, map[string]func() int{"hammer": runChild, "waiter": runWaiterChild, "rater": runRateChild, "inuse": runInUseChild})
+	redistest.Main(m, map[string]func() int{"hammer": runChild, "waiter": runWaiterChild, "rater": runRateChild, "inuse": runInUseChild, "why": runWhyChild})
 }
 
 func childClient() redis.UniversalClient {

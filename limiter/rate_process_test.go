@@ -91,7 +91,7 @@ func runRateChild() int {
 func limiterTimedOut(err error) bool { return errors.Is(err, limiter.ErrTimeout) }
 
 // startRaters starts n rate children running until until.
-func startRaters(t *testing.T, b backend, name, rate string, n, goroutines int, until time.Time) []*exec.Cmd {
+func startRaters(t testing.TB, b backend, name, rate string, n, goroutines int, until time.Time) []*exec.Cmd {
 	t.Helper()
 	var cmds []*exec.Cmd
 	for range n {

@@ -189,7 +189,7 @@ func TestShowWaiters(t *testing.T) {
 		{"ID", "WEIGHT", "TOKEN", "TTL"},
 		{"q", "3", strconv.FormatInt(q.Token(), 10)},
 		{},
-		{"QUEUE", "WAIT", "ID", "WEIGHT", "TTL"},
+		{"QUEUE", "WAIT", "ID", "WEIGHT", "TTL", "WHY", "ETA"},
 	}
 	if len(got) != len(head)+3 {
 		t.Fatalf("show queued:\n%s", out)
@@ -206,8 +206,11 @@ func TestShowWaiters(t *testing.T) {
 	for i, w := range []int64{2, 1, 3} { // queue order
 		row := got[len(head)+i]
 		want := []string{strconv.Itoa(i + 1), ws[i].ID, strconv.FormatInt(w, 10)}
-		if len(row) != 4 || !reflect.DeepEqual(row[:3], want) {
-			t.Fatalf("show queued waiter row %d = %q, want %q then a TTL\n%s", i, row, want, out)
+		if len(row) != 8 || !reflect.DeepEqual(row[:3], want) {
+			t.Fatalf("show queued waiter row %d = %q, want %q then a TTL, why and ETA\n%s", i, row, want, out)
+		}
+		if why := row[4:7]; !reflect.DeepEqual(why, []string{"full,", strconv.Itoa(i), "ahead"}) || !strings.HasPrefix(row[7], "~") {
+			t.Errorf("show queued waiter row %d: why %q, ETA %q; want full with %d ahead, an estimated ETA", i, why, row[7], i)
 		}
 		if ttl, err := time.ParseDuration(row[3]); err != nil || ttl <= 0 {
 			t.Errorf("show queued waiter row %d: TTL %q (%v)", i, row[3], err)
@@ -226,6 +229,9 @@ func TestShowWaiters(t *testing.T) {
 		got := st.Waiters[i]
 		if got.ID != ws[i].ID || got.Weight != w || got.TTLms <= 0 {
 			t.Errorf("show -json waiter %d = %+v, want id %s, weight %d, a TTL", i, got, ws[i].ID, w)
+		}
+		if got.Why.Reason != "full" || got.Why.Ahead != i || got.Why.ETAms == nil || !got.Why.Estimated {
+			t.Errorf("show -json waiter %d's why = %+v, want full, %d ahead, an estimated ETA", i, got.Why, i)
 		}
 	}
 }
@@ -397,5 +403,37 @@ func TestLimitClearWakesWaiters(t *testing.T) {
 		l.Release(f.ctx())
 	case <-time.After(500 * time.Millisecond):
 		t.Fatal("the waiter was not granted within 500ms of the fleet limit being cleared")
+	}
+}
+
+// why says, for a waiter and for a request made now, the reason, what is
+// ahead and when; -json the same fields.
+func TestWhy(t *testing.T) {
+	f := newFixture(t)
+	_, ws := queued(t, f)
+
+	out := f.run(t, func(w *bytes.Buffer) error { return why(f.ctx(), w, f.cli, "queued", ws[1].ID, false) })
+	want := "queued: " + ws[1].ID + " waits: full: 1 waiter(s) (2 permit(s)) ahead, 3 of 3 in use; granted in ~"
+	if !strings.HasPrefix(out, want) || !strings.HasSuffix(out, " (estimated from the holders' ages)\n") {
+		t.Fatalf("why queued %s:\n%s\nwant it to start %q", ws[1].ID, out, want)
+	}
+	out = f.run(t, func(w *bytes.Buffer) error { return why(f.ctx(), w, f.cli, "queued", "", true) })
+	var r whyResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("why -json is not JSON: %v\n%s", err, out)
+	}
+	if r.Name != "queued" || r.ID != "" || r.Reason != "full" || r.Ahead != 3 || r.AheadPermits != 6 || r.InUse != 3 || r.Limit != 3 || r.ETAms == nil || !r.Estimated {
+		t.Fatalf("why -json queued (a request made now): %+v\n%s", r, out)
+	}
+	if _, err := f.cli.Inspector().Pause(f.ctx(), "queued", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out = f.run(t, func(w *bytes.Buffer) error { return why(f.ctx(), w, f.cli, "queued", ws[0].ID, false) })
+	if !strings.Contains(out, " waits: paused: the name is paused (redsem pause); granted in ") || strings.Contains(out, "~") {
+		t.Fatalf("why of a paused waiter:\n%s", out)
+	}
+	var ae *limiter.ArgumentError
+	if err := why(f.ctx(), &bytes.Buffer{}, f.cli, "queued", "nobody", false); !errors.As(err, &ae) {
+		t.Fatalf("why of an id not waiting: %v, want an ArgumentError", err)
 	}
 }

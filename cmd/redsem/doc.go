@@ -1,6 +1,6 @@
 // Command redsem lets an operator look inside the semaphores and rate
 // limits of github.com/redsem/redsem/limiter and steer them: list them,
-// show who holds one and who waits for it, watch it live, read or set a
+// show who holds one and who waits for it and why, watch it live, read or set a
 // limit or a rate the whole fleet obeys, pause a name, force-release
 // a stuck lease, see it all live in a browser (serve), and check that a
 // Redis deployment keeps the limiter's promises (doctor).
@@ -11,6 +11,7 @@
 //
 //	redsem [flags] ls [PATTERN]        names under the prefix matching a glob (default *)
 //	redsem [flags] show NAME           limit, holders and wait queue; the rate and pause
+//	redsem [flags] why NAME [ID]       why waiter ID (or a request made now) waits, and when
 //	redsem [flags] watch NAME          show, live, until Ctrl-C
 //	redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
 //	redsem [flags] rate NAME [RATE [BURST]]

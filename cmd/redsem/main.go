@@ -22,6 +22,8 @@ const usage = `usage:
                                      name (default *)
   redsem [flags] show NAME           a semaphore's limit, holders and wait queue, and the
                                      fleet rate, next free time and pause of its name
+  redsem [flags] why NAME [ID]       why the waiter ID (a WAIT ID of show) waits and when it
+                                     should be granted; without ID, a request made now
   redsem [flags] watch NAME          show, live, until Ctrl-C: redrawn in place on a
                                      terminal, a line per change when piped
   redsem [flags] limit NAME [N]      read the fleet-wide limit, or set it to N; N=0 clears it
@@ -269,6 +271,17 @@ func command(name string, args []string) (action, error) {
 		}
 		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
 			return show(ctx, w, c, args[0], o.json)
+		})
+	case "why":
+		if err := nargs(1, 2, "NAME [ID]"); err != nil {
+			return action{}, err
+		}
+		id := ""
+		if len(args) == 2 {
+			id = args[1]
+		}
+		return do(func(ctx context.Context, w io.Writer, c *limiter.Client, o options) error {
+			return why(ctx, w, c, args[0], id, o.json)
 		})
 	case "watch":
 		if err := nargs(1, 1, "NAME"); err != nil {

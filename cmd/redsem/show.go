@@ -55,9 +55,10 @@ func writeState(w io.Writer, st namestate.State) error {
 		}
 	}
 	if len(st.Waiters) > 0 {
-		fmt.Fprintln(tw, "\nQUEUE\tWAIT ID\tWEIGHT\tTTL")
+		fmt.Fprintln(tw, "\nQUEUE\tWAIT ID\tWEIGHT\tTTL\tWHY\tETA")
 		for i, q := range st.Waiters {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\n", i+1, q.ID, q.Weight, ttlText(q.TTLms))
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", i+1, q.ID, q.Weight, ttlText(q.TTLms),
+				namestate.ReasonText(q.Why), namestate.ETAText(q.Why, ttlText))
 		}
 	}
 	return tw.Flush()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -114,7 +115,7 @@ func changeKey(st namestate.State, err error) string {
 		fmt.Fprintf(&b, "|h %q %d %d", h.ID, h.Weight, h.Token)
 	}
 	for _, q := range st.Waiters {
-		fmt.Fprintf(&b, "|w %q %d", q.ID, q.Weight)
+		fmt.Fprintf(&b, "|w %q %d %s", q.ID, q.Weight, q.Why.Reason) // not its ETA, which counts down
 	}
 	if st.Rate != nil { // not its times, which count down as TTLs do
 		fmt.Fprintf(&b, "|r %s %v", st.Rate.FleetRate.Text(), st.Rate.PausedMs > 0)
@@ -128,7 +129,7 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // changeLine is a change in one line, for a pipe:
 //
-//	TIME NAME limit=L in_use=N holders=2 [ID:WEIGHT ...] waiters=1 [WAITID:WEIGHT]
+//	TIME NAME limit=L in_use=N holders=2 [ID:WEIGHT ...] waiters=1 [WAITID:WEIGHT:REASON]
 //
 // followed, when the name has rate state, a pause or a rate in use, by
 //
@@ -159,7 +160,7 @@ func changeLine(name string, st namestate.State, err error, now time.Time) strin
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "%s:%d", idText(q.ID), q.Weight)
+		fmt.Fprintf(&b, "%s:%d:%s", idText(q.ID), q.Weight, cmp.Or(q.Why.Reason, "next"))
 	}
 	b.WriteString("]")
 	if st.Rate != nil || len(st.Rates) > 0 {

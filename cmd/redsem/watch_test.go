@@ -93,8 +93,8 @@ func TestWatch(t *testing.T) {
 	}{
 		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", start, tAcquire, false},
 		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[a:1\] waiters=0 \[\]$`), "h:a ", tAcquire, tQueue, false},
-		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[a:1\] waiters=1 \[\S+:1\]$`), "h:a w ", tQueue, tRelease, false},
-		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=1 \[\S+:1\]$`), "w ", tRelease, tReleaseW, true},
+		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[a:1\] waiters=1 \[\S+:1:full\]$`), "h:a w ", tQueue, tRelease, false},
+		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=1 \[\S+:1:next\]$`), "w ", tRelease, tReleaseW, true},
 		{regexp.MustCompile(`^jobs limit=1 in_use=1 holders=1 \[w:1\] waiters=0 \[\]$`), "h:w ", tRelease, tReleaseW, false},
 		{regexp.MustCompile(`^jobs limit=1 in_use=0 holders=0 \[\] waiters=0 \[\]$`), "", tReleaseW, end, false},
 	}

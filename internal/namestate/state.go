@@ -53,6 +53,29 @@ type Waiter struct {
 	Weight int64  `json:"weight"`
 	TTLms  int64  `json:"ttl_ms"` // until its entry expires unless its Client keeps it alive
 	Limit  int64  `json:"limit"`  // its Semaphore's own limit, which it is served under when no fleet limit is set
+	Why    Why    `json:"why"`    // why it waits and when it should be granted
+}
+
+// Why is why a request waits (limiter.Why).
+type Why struct {
+	Reason       string `json:"reason"` // limiter.Reason: "" (about to be granted), full, fleet-limit, paused, quarantine, rate
+	Ahead        int    `json:"ahead"`  // waiters ahead of it
+	AheadPermits int64  `json:"ahead_permits"`
+	// ETAms is how long until it should be granted (null: never, heavier
+	// than the fleet limit); Estimated: from the holders' ages, not a
+	// known end.
+	ETAms     *int64 `json:"eta_ms"`
+	Estimated bool   `json:"estimated"`
+}
+
+// WhyOf is w in JSON's terms.
+func WhyOf(w limiter.Why) Why {
+	out := Why{Reason: string(w.Reason), Ahead: w.Ahead, AheadPermits: w.AheadPermits, Estimated: w.Estimated}
+	if w.ETA >= 0 {
+		ms := w.ETA.Milliseconds()
+		out.ETAms = &ms
+	}
+	return out
 }
 
 // readTries bounds how often Read reads the holders again because the
@@ -124,7 +147,7 @@ func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
 		}
 	}
 	for _, w := range ws {
-		st.Waiters = append(st.Waiters, Waiter{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds(), Limit: w.Limit})
+		st.Waiters = append(st.Waiters, Waiter{ID: w.ID, Weight: w.Weight, TTLms: w.TTL.Milliseconds(), Limit: w.Limit, Why: WhyOf(w.Why)})
 	}
 	st.Holders, st.InUse = HoldersOf(hs)
 	return st, nil

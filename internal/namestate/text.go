@@ -31,3 +31,26 @@ func PausedText(ms int64, dur func(ms int64) string) string {
 	}
 	return dur(ms)
 }
+
+// ReasonText is a waiter's reason in a few words: "full, 2 ahead".
+func ReasonText(w Why) string {
+	switch w.Reason {
+	case "":
+		return "next"
+	case "full", "fleet-limit":
+		return fmt.Sprintf("%s, %d ahead", w.Reason, w.Ahead)
+	}
+	return w.Reason
+}
+
+// ETAText is when a waiter should be granted: "~1.2s" when estimated,
+// "1.2s" when known, "never" when it cannot be.
+func ETAText(w Why, ttlText func(int64) string) string {
+	switch {
+	case w.ETAms == nil:
+		return "never"
+	case w.Estimated:
+		return "~" + ttlText(*w.ETAms)
+	}
+	return ttlText(*w.ETAms)
+}

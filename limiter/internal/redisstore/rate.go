@@ -125,6 +125,7 @@ func (s *Store) RateState(ctx context.Context, k store.Keyspace) (store.RateStat
 	// burst is whole, as when there is no key.
 	if v[0] != "" && atoi(v[0]) > atoi(v[3]) {
 		st.Known = true
+		st.Tat = time.Duration(atoi(v[0])-atoi(v[3])) * time.Microsecond
 		if st.Fleet.Events > 0 {
 			// When the next event of cost 1 may go, by the fleet rate; a
 			// process's own rate is not known here.

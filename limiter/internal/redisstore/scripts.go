@@ -53,6 +53,8 @@ var (
 	usesLua string
 	//go:embed inuse.lua
 	inUseLua string
+	//go:embed why.lua
+	whyLua string
 
 	acquireScript  = newScript(acquireLua)
 	refreshScript  = newScript(refreshLua)
@@ -72,6 +74,8 @@ var (
 
 	usesScript  = newScript(usesLua)
 	inUseScript = newScript(inUseLua)
+
+	whyScript = newScript(whyLua)
 )
 
 // luaScript is a script with its hash and its function's name boxed once:

@@ -93,6 +93,10 @@ type RateState struct {
 	Known bool
 	// NextFree is how long until an event of cost 1 may go (0: now).
 	NextFree time.Duration
+	// Tat is how long until the rate's theoretical arrival time (0 when
+	// not Known): with a RateLimit's own rate, its next event may go
+	// Burst-1 intervals before it.
+	Tat time.Duration
 	// Paused is how long the name stays paused (0: not paused).
 	Paused time.Duration
 	// Learned is the learned rate's state as adapt.lua keeps it ("":
