@@ -49,6 +49,7 @@ func TestOneWakePerRelease(t *testing.T) {
 		n, _ := rdb.ZCard(ctx, queueKey("wake")).Result()
 		return n == clients*perClient
 	})
+	awaitRecorded(t, rdb, "wake", clients+1)
 	srv.ResetStats(t)
 	time.Sleep(1500 * time.Millisecond) // a keep-alive round, nothing else
 	idle := srv.CommandCalls(t)

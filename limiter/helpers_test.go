@@ -253,3 +253,20 @@ func ringOfTwo(t *testing.T, prefix, suffix string) (ring func() *redis.Ring, sh
 	}
 	return ring, shards
 }
+
+// awaitRecorded waits until n Clients recorded the limit they apply to
+// name (Inspector.InUse): the first record of each goes within about a
+// second of its first use, and tests that count the script calls of an
+// idle while must not count those.
+func awaitRecorded(t testing.TB, rdb redis.UniversalClient, name string, n int) {
+	t.Helper()
+	insp := clientFor(t, rdb).Inspector()
+	redistest.Eventually(t, 10*time.Second, "every Client's limit in use recorded", func() bool {
+		u, err := insp.InUse(ctxT(t, 5*time.Second), name)
+		got := 0
+		for _, l := range u.Limits {
+			got += l.Processes
+		}
+		return err == nil && got >= n
+	})
+}

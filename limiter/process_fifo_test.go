@@ -186,6 +186,7 @@ func TestThousandWaitersAcrossProcesses(t *testing.T) {
 	redistest.Eventually(t, 60*time.Second, "1,000 waiters queued", func() bool {
 		return rdb.ZCard(ctx, queueKey(name)).Val() == procs*per
 	})
+	awaitRecorded(t, rdb, name, procs+1)
 	b.reset(t)
 	const idle = 3 * time.Second
 	time.Sleep(idle)
