@@ -38,7 +38,9 @@ func fleetEvents(t *testing.T, insp *limiter.Inspector, name string) (int64, *li
 // first overload: from 10/s, 2.2 seconds of full use take it past 20/s
 // and below 10 * 2^2.2, far below its bound.
 func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	// One node: the Cluster runs the same script (the cut's and re-pace's
+	// tests cover it there).
+	func(t *testing.T, b backend) {
 		name := uniqueName(b, "learn-grow")
 		rl := learnedRate(t, b, name, 1000, 10)
 		insp := clientFor(t, b.client(t)).Inspector()
@@ -63,7 +65,7 @@ func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 		if l == nil || l.Min != 1 || l.Max != 1000 || l.Overload != 0 || l.Pinned {
 			t.Errorf("learned state %+v, want bounds 1..1000 and no overload yet", l)
 		}
-	})
+	}(t, singleBackend(t))
 }
 
 // Overloads told by several Clients at once (as a fleet's processes hear
@@ -71,6 +73,7 @@ func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 // to 0.6); another within the episode's second cuts nothing, and one
 // after it cuts again (to 0.85).
 func TestOverloadCutsOncePerEpisode(t *testing.T) {
+	t.Parallel() // seconds of waiting: beside the other slow ones
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(b, "learn-cut")
 		ctx := ctxT(t, 20*time.Second)
@@ -217,6 +220,7 @@ func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) 
 // cuts it (the slow start's first: to 0.6); SetLimit pins it, and
 // clearing it starts the learning again.
 func TestLearnedLimit(t *testing.T) {
+	t.Parallel() // seconds of waiting: beside the other slow ones
 	b := singleBackend(t)
 	name := uniqueName(b, "learn-limit")
 	ctx := ctxT(t, 30*time.Second)

@@ -192,6 +192,7 @@ func TestWhyFullAndFleetLimitAcrossProcesses(t *testing.T) {
 // the pause's end as an exact ETA for the head; after the pause the head
 // is granted then.
 func TestWhyPausedAcrossProcesses(t *testing.T) {
+	t.Parallel() // seconds of waiting: beside the other slow ones
 	b := singleBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	name := uniqueName(b, "whypause")
@@ -224,6 +225,7 @@ func TestWhyPausedAcrossProcesses(t *testing.T) {
 // Waiters in several processes on a Redis that just started wait out the
 // restart quarantine: "quarantine", with its end as an exact ETA.
 func TestWhyQuarantineAcrossProcesses(t *testing.T) {
+	t.Parallel() // seconds of waiting: beside the other slow ones
 	b := singleBackend(t)
 	name := uniqueName(b, "whyq")
 	const q = 6 * time.Second
