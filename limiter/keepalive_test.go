@@ -41,6 +41,7 @@ func testRefreshInBulk(t *testing.T, b backend) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	awaitRecorded(t, rdb, "bulk", 1) // the Client's first record of its limit, before the count
 	b.reset(t)
 	time.Sleep(2 * interval)
 	calls := b.calls(t)
