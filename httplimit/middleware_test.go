@@ -301,6 +301,12 @@ func TestMiddlewareClientGoneWhileWaiting(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("status %d for a request whose client gave up", resp.StatusCode)
 	}
+	// The server learns of the disconnect asynchronously: its wait must
+	// have left the queue before the release, or the release grants it.
+	redistest.Eventually(t, 5*time.Second, "the server's wait gone from the queue", func() bool {
+		ws, err := e.lc.Inspector().Waiters(ctxT(t, 5*time.Second), "gone")
+		return err == nil && len(ws) == 0
+	})
 	if err := lease.Release(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
