@@ -71,21 +71,22 @@ func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int
 	if err != nil {
 		t.Fatalf("acquire %s/%s: %v", s.Name(), id, err)
 	}
-	f.recorded(t, s.Name())
+	f.recorded(t, s.Name(), func(u limiter.InUse) bool { return len(u.Limits) > 0 })
 	return l
 }
 
-// recorded waits until the holder's Client recorded a limit or rate in
-// use of name (within ~1s of its first use), so that the output does not
-// depend on the moment a command reads it.
-func (f *fixture) recorded(t *testing.T, name string) {
+// recorded waits until what the holder's Client records of name in use
+// (within ~1s of its first use) satisfies has, so that the output does
+// not depend on the moment a command reads it: a name used as a
+// semaphore and then as a rate limit has its limit recorded first.
+func (f *fixture) recorded(t *testing.T, name string, has func(limiter.InUse) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if u, err := f.holder.Inspector().InUse(f.ctx(), name); err == nil && len(u.Limits)+len(u.Rates) > 0 {
+		if u, err := f.holder.Inspector().InUse(f.ctx(), name); err == nil && has(u) {
 			return
 		}
 	}
-	t.Fatalf("no limit or rate in use recorded for %s", name)
+	t.Fatalf("what %s has in use was not recorded within 3s", name)
 }
 
 // run calls a command function as main does, and returns its output.

@@ -38,7 +38,7 @@ func rates(t *testing.T, f *fixture) {
 		if !f.allow(t, f.rateLimit(t, name, ownRate)) {
 			t.Fatalf("the first event of %s was refused", name)
 		}
-		f.recorded(t, name)
+		f.recorded(t, name, func(u limiter.InUse) bool { return len(u.Rates) > 0 })
 	}
 	for name, d := range map[string]time.Duration{"mail": 30 * time.Second, "jobs": time.Minute} {
 		if _, err := in.Pause(f.ctx(), name, d); err != nil {

@@ -33,7 +33,7 @@ func TestWatch(t *testing.T) {
 	if l, err := jobs.TryAcquire(f.ctx()); err != nil || l.Release(f.ctx()) != nil {
 		t.Fatal(err)
 	}
-	f.recorded(t, "jobs")
+	f.recorded(t, "jobs", func(u limiter.InUse) bool { return len(u.Limits) > 0 })
 	ctx, cancel := context.WithTimeout(f.ctx(), 1500*time.Millisecond) // after the record's wait
 	defer cancel()
 	start := time.Now()

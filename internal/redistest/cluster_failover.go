@@ -66,11 +66,25 @@ func (c *Cluster) server(addr string) *Server {
 }
 
 // masterAndReplica returns the master serving slot and one replica of it,
-// as a live node sees them.
+// as a live node sees them. Gossip can show a node the master before its
+// replica: it asks every node, and again until clusterReadyTimeout.
 func (c *Cluster) masterAndReplica(slot int) (master, replica *Server, err error) {
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		master, replica, err = c.seenMasterAndReplica(slot)
+		if err == nil || time.Now().After(deadline) {
+			return master, replica, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// seenMasterAndReplica is masterAndReplica's one look at every live node.
+func (c *Cluster) seenMasterAndReplica(slot int) (master, replica *Server, err error) {
+	err = fmt.Errorf("redistest: no master serves slot %d", slot)
 	for _, s := range c.servers {
-		reply, err := s.command(time.Second, "CLUSTER", "NODES")
-		if err != nil {
+		reply, cerr := s.command(time.Second, "CLUSTER", "NODES")
+		if cerr != nil {
 			continue // a node killed before
 		}
 		nodes := parseClusterNodes(reply)
@@ -83,10 +97,10 @@ func (c *Cluster) masterAndReplica(slot int) (master, replica *Server, err error
 					return c.server(m.addr), c.server(r.addr), nil
 				}
 			}
-			return nil, nil, fmt.Errorf("redistest: master %s of slot %d has no replica", m.addr, slot)
+			err = fmt.Errorf("redistest: master %s of slot %d has no replica", m.addr, slot)
 		}
 	}
-	return nil, nil, fmt.Errorf("redistest: no master serves slot %d", slot)
+	return nil, nil, err
 }
 
 // MasterOf returns the master serving key's slot, e.g. to Restart it
