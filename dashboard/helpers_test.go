@@ -162,7 +162,7 @@ func (f *fixture) post(t *testing.T, path string, form url.Values, header map[st
 func (f *fixture) eventually(t *testing.T, path, what string, cond func(body string) bool) string {
 	t.Helper()
 	var body string
-	redistest.Eventually(t, 5*time.Second, what, func() bool {
+	redistest.Eventually(t, 15*time.Second, what, func() bool {
 		_, body = f.get(t, path)
 		return cond(body)
 	})
