@@ -22,8 +22,9 @@ const (
 	// ReasonFull: the limit is full: the permits in use and those of the
 	// waiters ahead leave no room for it.
 	ReasonFull Reason = "full"
-	// ReasonFleetLimit: a fleet limit (SetLimit) below its Semaphore's own
-	// limit keeps it out; under its own limit it would be granted.
+	// ReasonFleetLimit: a fleet limit, set (SetLimit) or learned
+	// (Adaptive), below its Semaphore's own limit keeps it out; under its
+	// own limit it would be granted.
 	ReasonFleetLimit Reason = "fleet-limit"
 	// ReasonPaused: the name is paused (Pause) until its end.
 	ReasonPaused Reason = "paused"

@@ -48,10 +48,12 @@ local learn = ARGV[15]
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not (with the last token issued, and 1 when the restart quarantine
+-- when not (with the last token issued, 1 when the restart quarantine
 -- refused it, 2 when the name's pause did, the ms being then until its
--- end), {-1, weight held} when the id holds another weight, {-2,
--- fleet limit} when the weight is above the fleet-wide limit.
+-- end, and the limit applied: the fleet limit, set or learned, when there
+-- is one, else the asking Semaphore's), {-1, weight held} when the id
+-- holds another weight, {-2, fleet limit} when the weight is above the
+-- fleet-wide limit.
 
 local field = ':' .. id
 local now = now_us()
@@ -269,9 +271,11 @@ if wait ~= '' then
 end
 -- The last token issued: a direct grant announced with a token no higher came
 -- before this answer, so its lease has expired since (see wait.go).
-if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
-if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
+-- The limit applied lets the caller tell a fleet limit below its own from
+-- a full semaphore (BusyError.Reason) without a read of its own.
+if quarantine > 0 then return {0, quarantine, total, head, '0', 1, limit} end
+if paused > 0 then return {0, paused, total, head, st[2] or '0', 2, limit} end
 -- Behind a live waiter, the earliest expiry is not this one's to wait for
 -- (its timer is the head's), and the TTL saves the call that reads it.
-if behind then return {0, ttl_ms, total, head, st[2] or '0', 0} end
-return {0, earliest(KEYS, now_ms, ttl_ms, first), total, head, st[2] or '0', 0}
+if behind then return {0, ttl_ms, total, head, st[2] or '0', 0, limit} end
+return {0, earliest(KEYS, now_ms, ttl_ms, first), total, head, st[2] or '0', 0, limit}
