@@ -96,3 +96,56 @@ func TestBusyReasonOfALearnedLimit(t *testing.T) {
 		t.Fatalf("TryAcquire with 2 held under a learned limit 2 of its own 5: reason %q (%v), want %q", r, err, limiter.ReasonFleetLimit)
 	}
 }
+
+// Why judges each waiter by the restart quarantine its own Client
+// applies, which its queue record keeps, not by the asking Client's. On a
+// restarted Redis, a process that quarantines waits it out: a Client with
+// RestartQuarantine(0) is told "quarantine" with its end. A process that
+// does not quarantine, waiting for a pause, is told "paused" with the
+// pause's end by a Client whose quarantine would last longer.
+func TestWhyJudgesEachWaiterByItsOwnQuarantine(t *testing.T) {
+	t.Parallel() // seconds of waiting: beside the other slow ones
+	srv := redistest.StartServer(t)
+	b := backend{kind: "single", env: []string{"REDSEM_TEST_ADDRS=" + srv.Addr()}}
+	ctx := ctxT(t, 60*time.Second)
+	qName, pName := uniqueName(b, "ownq"), uniqueName(b, "ownp")
+	const q, pause = 8 * time.Second, 3 * time.Second
+	noQ := clientFor(t, srv.Client(t), limiter.RestartQuarantine(0)).Inspector()
+	longQ := clientFor(t, srv.Client(t), limiter.RestartQuarantine(3*q)).Inspector()
+	// The names had state before the restart, which forgot it.
+	for _, name := range []string{qName, pName} {
+		if _, err := noQ.Pause(ctx, name, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Restart(t)
+	if _, err := noQ.Pause(ctx, pName, pause); err != nil {
+		t.Fatal(err)
+	}
+	g := newGrants()
+	startWhyChild(t, b, g, qName, 1, 1, time.Hour, q, 0)
+	startWhyChild(t, b, g, pName, 1, 1, time.Hour, 0, 0)
+
+	w := waitersOf(t, noQ, qName, 1)[0]
+	read := time.Now()
+	if w.Why.Reason != limiter.ReasonQuarantine || w.Why.Estimated || w.Why.ETA <= 0 || w.Why.ETA > q {
+		t.Fatalf("a waiter whose Client quarantines %v, asked by one that does not: %+v, want quarantine with an exact ETA within %v", q, w.Why, q)
+	}
+	if one, err := noQ.Why(ctx, qName, w.ID); err != nil || one.Reason != limiter.ReasonQuarantine {
+		t.Fatalf("Why(%s) by a Client without quarantine: %+v %v", w.ID, one, err)
+	}
+
+	p := waitersOf(t, longQ, pName, 1)[0]
+	if p.Why.Reason != limiter.ReasonPaused || p.Why.Estimated || p.Why.ETA <= 0 || p.Why.ETA > pause {
+		t.Fatalf("a paused waiter whose Client does not quarantine, asked by one that quarantines %v: %+v, want paused with an exact ETA within %v", 3*q, p.Why, pause)
+	}
+	if one, err := longQ.Why(ctx, pName, p.ID); err != nil || one.Reason != limiter.ReasonPaused {
+		t.Fatalf("Why(%s) by a Client with a quarantine: %+v %v", p.ID, one, err)
+	}
+
+	redistest.Eventually(t, 15*time.Second, "the quarantined waiter granted", func() bool { _, ok := g.get(w.ID); return ok })
+	at, _ := g.get(w.ID)
+	if err := at.Sub(read.Add(w.Why.ETA)); err < -50*time.Millisecond || err > 500*time.Millisecond {
+		t.Fatalf("the quarantined waiter was granted %v from its ETA", err)
+	}
+}

@@ -18,7 +18,7 @@
 -- ARGV[12] direct_grant: 1 a release may grant this waiter its lease
 --          directly, under the lease id wait (see release.lua)
 -- ARGV[13] quarantine_ms: the restart quarantine (0: none; see
---          quarantine_left)
+--          quarantine_left), kept in the waiter's record for why.lua
 -- ARGV[14] exact: 1 the proposed token is the lease's own, to be taken
 --          as is (see quorumStore.regain)
 -- ARGV[15] learn: '' the limit is fixed; else "min start": it is learned
@@ -231,7 +231,7 @@ if wait ~= '' then
   local wexp = now_ms + queue_ttl_ms
   local hand = '0'
   if fifo and direct_grant and wait == id then hand = ttl_ms_s end
-  local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, own)
+  local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, quarantine_ms, own)
   -- The wake-up that brought this attempt is spent: reset the marker
   -- (pass_on), so that the next room wakes the waiter again. '' rather
   -- than HDEL: it rides on this HSET.

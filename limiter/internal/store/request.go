@@ -163,6 +163,9 @@ type Waiter struct {
 	Weight int64
 	TTL    time.Duration
 	Limit  int64 // its Semaphore's own limit
+	// Quarantine: until its own restart quarantine ends (0: none; read by
+	// WhyState only).
+	Quarantine time.Duration
 }
 
 // ReplicaWait is what WaitReplicas asks for: WAIT N Timeout after each
