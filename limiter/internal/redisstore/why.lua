@@ -51,8 +51,9 @@ end
 -- The ms left of a restart quarantine of q ms (a string): each waiter is
 -- held by its own Client's, which its record keeps.
 local function quarantine(q)
+  if st[1] then return 0 end -- the common case: no number to parse
   q = tonumber(q or quarantine_ms)
-  if st[1] or q <= 0 or not started() then return 0 end
+  if q <= 0 or not started() then return 0 end
   return max(ceil((start + q * 1000 - now) / 1000), 0)
 end
 
