@@ -221,13 +221,13 @@ func (e *BusyError) Error() string {
 		}
 		return msg
 	}
-	full := "full"
+	full, of := "full", ""
 	if e.fleet > 0 {
-		full = fmt.Sprintf("held to its fleet limit %d", e.fleet)
+		full, of = fmt.Sprintf("held to its fleet limit %d", e.fleet), fmt.Sprintf(" of the fleet limit %d", e.fleet)
 	}
 	if e.timedOut {
-		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%s: %d in use; earliest expiry in %v): %v",
-			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), full, e.InUse, e.RetryIn, ErrTimeout)
+		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use%s; earliest expiry in %v): %v",
+			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), e.InUse, of, e.RetryIn, ErrTimeout)
 	}
 	return fmt.Sprintf("limiter: %q is %s: %d permit(s) in use, %d requested; earliest expiry in %v",
 		e.Name, full, e.InUse, e.Weight, e.RetryIn)

@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,9 @@ func TestBusyReasonOfALoweredFleetLimit(t *testing.T) {
 	_, err = sem.TryAcquire(ctx)
 	if r := busyReason(t, "TryAcquire under a fleet limit 2 of 5", err); r != limiter.ReasonFleetLimit {
 		t.Fatalf("TryAcquire of 1 with 2 held under a fleet limit 2 of its own 5: reason %q (%v), want %q", r, err, limiter.ReasonFleetLimit)
+	}
+	if !strings.Contains(err.Error(), "fleet limit 2") {
+		t.Errorf("the error does not name the fleet limit: %v", err)
 	}
 	_, err = sem.Acquire(ctx)
 	if r := busyReason(t, "Acquire under a fleet limit 2 of 5", err); r != limiter.ReasonFleetLimit {
