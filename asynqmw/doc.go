@@ -38,7 +38,7 @@
 // reason to spend a retry). A wait that the task's context or the
 // limiter Client's Close ends returns that error, and asynq retries the
 // task as for any error. A *BusyError says why the task could not go
-// (Reason: full, key-limit, paused, quarantine, rate) and
+// (Reason: full, fleet-limit, key-limit, paused, quarantine, rate) and
 // when it should (ETA), and each such re-queue is logged at Debug
 // ("asynqmw: busy, re-queued", with reason, eta and retry_in).
 //

@@ -52,8 +52,9 @@ type BusyError struct {
 	// key's own limit was full; "" when no refusal says (a Redis failure,
 	// a held job lock). ETA is how long, from the refusal, until the gate
 	// should let it through: exact for a pause, the restart quarantine or
-	// a rate's slot; for a full limit the earliest lease expiry, a lower
-	// bound (limiter.Inspector.Why estimates it, with one more read).
+	// a rate's slot; for a full limit (or one held to a fleet limit) the
+	// earliest lease expiry, a lower bound (limiter.Inspector.Why
+	// estimates it, with one more read).
 	Reason limiter.Reason
 	ETA    time.Duration
 	// Err says what ended the wait (Unwrap returns it); it may be nil.

@@ -149,6 +149,10 @@ type BusyError struct {
 	// until the pause ends.
 	Paused   bool
 	timedOut bool
+	// fleet: the fleet limit (set or learned) below the Semaphore's own
+	// that kept it out, the permits in use leaving room under its own (0:
+	// none did).
+	fleet int64
 }
 
 // busy reports rep, the answer that arrived at answered: its RetryIn (the
@@ -160,14 +164,28 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 		retry = rep.Quarantine
 	}
 	return &BusyError{Name: s.name, Weight: r.Weight, InUse: rep.InUse, RetryIn: max(retry-time.Since(answered), 0),
-		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, Paused: rep.Paused, timedOut: timedOut}
+		Attempts: attempts, Waited: waited, Restarted: rep.Restarted, Paused: rep.Paused, timedOut: timedOut,
+		fleet: fleetHeld(r, rep)}
+}
+
+// fleetHeld is the fleet limit that kept r out when it is below r's own
+// limit and the permits in use left room for r under its own (0 if not):
+// what Inspector.Why calls ReasonFleetLimit, less the waiters ahead, which
+// the reply does not count.
+func fleetHeld(r store.AcquireRequest, rep store.AcquireReply) int64 {
+	if rep.Limit <= 0 || rep.Limit >= r.Limit || rep.InUse+r.Weight <= rep.Limit || rep.InUse+r.Weight > r.Limit {
+		return 0
+	}
+	return rep.Limit
 }
 
 // Reason says what refused the request: ReasonPaused, ReasonQuarantine
-// (Restarted), ReasonRate, else ReasonFull. RetryIn is then exactly until
-// the pause, the quarantine or the rate's slot ends; for ReasonFull it is
-// the earliest expiry, a lower bound (Inspector.Why estimates the wait
-// from the queue, at the cost of a read this error does not make).
+// (Restarted), ReasonRate, ReasonFleetLimit (a fleet limit, set or
+// learned, below the Semaphore's own, where the permits in use left room
+// under its own), else ReasonFull. RetryIn is then exactly until the
+// pause, the quarantine or the rate's slot ends; otherwise it is the
+// earliest expiry, a lower bound (Inspector.Why estimates the wait from
+// the queue, at the cost of a read this error does not make).
 func (e *BusyError) Reason() Reason {
 	switch {
 	case e.Paused:
@@ -176,6 +194,8 @@ func (e *BusyError) Reason() Reason {
 		return ReasonQuarantine
 	case e.Rate:
 		return ReasonRate
+	case e.fleet > 0:
+		return ReasonFleetLimit
 	}
 	return ReasonFull
 }
@@ -201,12 +221,16 @@ func (e *BusyError) Error() string {
 		}
 		return msg
 	}
-	if e.timedOut {
-		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use; earliest expiry in %v): %v",
-			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), e.InUse, e.RetryIn, ErrTimeout)
+	full, of := "full", ""
+	if e.fleet > 0 {
+		full, of = fmt.Sprintf("held to its fleet limit %d", e.fleet), fmt.Sprintf(" of the fleet limit %d", e.fleet)
 	}
-	return fmt.Sprintf("limiter: %q is full: %d permit(s) in use, %d requested; earliest expiry in %v",
-		e.Name, e.InUse, e.Weight, e.RetryIn)
+	if e.timedOut {
+		return fmt.Sprintf("limiter: %q: no %d permit(s) after %d attempt(s) in %v (%d in use%s; earliest expiry in %v): %v",
+			e.Name, e.Weight, e.Attempts, e.Waited.Round(time.Millisecond), e.InUse, of, e.RetryIn, ErrTimeout)
+	}
+	return fmt.Sprintf("limiter: %q is %s: %d permit(s) in use, %d requested; earliest expiry in %v",
+		e.Name, full, e.InUse, e.Weight, e.RetryIn)
 }
 
 // Is matches ErrBusy, and ErrTimeout when the error ended a wait.

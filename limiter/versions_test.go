@@ -39,6 +39,27 @@ func TestWaiterRecordOfAnotherVersionIsDropped(t *testing.T) {
 	}
 }
 
+// A queue entry of the previous version, whose record keeps no restart
+// quarantine ("weight:expiry:ttl:limit:channel"), is still a waiter: the
+// Inspector lists it, and Why judges it by the asking Client's
+// quarantine.
+func TestWaiterRecordWithoutQuarantineIsRead(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	m, _ := newMutex(t, rdb, "prevversion")
+	if _, err := m.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	rdb.HSet(ctx, keyOf("prevversion", "state"), "?prev", "1:"+exp+":0:1:redsem:wake:prevclient", "seq", "7")
+	rdb.ZAdd(ctx, queueKey("prevversion"), redis.Z{Score: 7, Member: "prev"})
+	ws, err := clientFor(t, rdb).Inspector().Waiters(ctx, "prevversion")
+	if err != nil || len(ws) != 1 || ws[0].ID != "prev" || ws[0].Why.Reason != limiter.ReasonFull {
+		t.Fatalf("Waiters with a previous version's waiter queued: %+v %v, want it, full", ws, err)
+	}
+}
+
 // failingShards plays a shard subscriber whose placement fails for a
 // while (a dial timeout, a stale slot map): not a refusal of sharded
 // pub/sub.

@@ -22,13 +22,15 @@ const (
 	// ReasonFull: the limit is full: the permits in use and those of the
 	// waiters ahead leave no room for it.
 	ReasonFull Reason = "full"
-	// ReasonFleetLimit: a fleet limit (SetLimit) below its Semaphore's own
-	// limit keeps it out; under its own limit it would be granted.
+	// ReasonFleetLimit: a fleet limit, set (SetLimit) or learned
+	// (Adaptive), below its Semaphore's own limit keeps it out; under its
+	// own limit it would be granted.
 	ReasonFleetLimit Reason = "fleet-limit"
 	// ReasonPaused: the name is paused (Pause) until its end.
 	ReasonPaused Reason = "paused"
 	// ReasonQuarantine: Redis restarted and grants nothing on the name
-	// until the restart quarantine ends (RestartQuarantine).
+	// until the restart quarantine ends: the waiter's own, its Client's
+	// RestartQuarantine (a new request's: the asking Client's).
 	ReasonQuarantine Reason = "quarantine"
 	// ReasonRate: the name's rate has no slot before its next one.
 	ReasonRate Reason = "rate"
@@ -62,7 +64,10 @@ type Why struct {
 // next slot), ReasonNone when it would not. One script call reads the
 // holders, the whole queue up to id, the pause and the quarantine at one
 // instant (about 40ms for 10,000 waiters ahead), plus one for the rate
-// when id is "". It only reads: a ctx that ends, or a Redis failure,
+// when id is "". Each waiter is judged by its own Client's
+// RestartQuarantine, which its queue entry keeps (one queued by a version
+// before this one's, and a new request, by this Client's). It only reads:
+// a ctx that ends, or a Redis failure,
 // returns that error wrapped and leaves nothing behind. An id not in the
 // queue (granted, gone) gives an *ArgumentError naming "id"; a Redlock
 // Client, whose nodes each hold their own queue, an error; after Close,
@@ -109,7 +114,7 @@ func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) 
 	if limit == 0 && st.FleetLimit == 0 {
 		limit = maxLimit // no grant yet: nothing but a gate holds it back
 	}
-	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: limit})
+	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: limit, Quarantine: st.Quarantine})
 	w := explain(st)
 	why := w[len(w)-1]
 	if limit == maxLimit {
@@ -171,11 +176,12 @@ func (i *Inspector) whyWaiters(ctx context.Context, k store.Keyspace, name strin
 
 // explain says why each waiter of st waits, in queue order. It replays
 // the queue as release.lua serves it (strict FIFO, each waiter under the
-// fleet limit or else its own), against releases predicted from the
-// holders' ages: the holders are taken to hold for as long as a steady
-// queue implies (holdEstimate), the waiters granted to hold as long too.
+// fleet limit or else its own, none before the pause's end or its own
+// quarantine's), against releases predicted from the holders' ages: the
+// holders are taken to hold for as long as a steady queue implies
+// (holdEstimate), the waiters granted to hold as long too.
 func explain(st store.WhyState) []Why {
-	gate := max(time.Duration(st.PauseEnd-st.Now)*time.Microsecond, st.Quarantine, 0)
+	pause := max(time.Duration(st.PauseEnd-st.Now)*time.Microsecond, 0)
 	hold := holdEstimate(st)
 	var rel releases
 	var inUse int64
@@ -186,13 +192,15 @@ func explain(st store.WhyState) []Why {
 	}
 	heap.Init(&rel)
 	out := make([]Why, len(st.Waiters))
-	t, used := gate, inUse
+	t, used := pause, inUse
 	var ahead int64
 	for j, w := range st.Waiters {
 		limit := w.Limit
 		if st.FleetLimit > 0 {
 			limit = st.FleetLimit
 		}
+		gate := max(pause, w.Quarantine)
+		t = max(t, gate)
 		out[j] = Why{Ahead: j, AheadPermits: ahead, InUse: inUse, Limit: limit}
 		out[j].Reason = reason(st, w, gate, inUse+ahead, limit)
 		if w.Weight > limit || limit <= 0 {
@@ -212,10 +220,10 @@ func explain(st store.WhyState) []Why {
 }
 
 // reason is why w waits, with taken permits held or asked for ahead of it
-// and gate until the pause or quarantine ends.
+// and gate until the pause or its quarantine ends.
 func reason(st store.WhyState, w store.Waiter, gate time.Duration, taken, limit int64) Reason {
 	switch {
-	case st.Quarantine > 0:
+	case w.Quarantine > 0:
 		return ReasonQuarantine
 	case st.FleetLimit > 0 && w.Weight > st.FleetLimit:
 		return ReasonFleetLimit

@@ -252,7 +252,7 @@ func (n *fakeNode) acquire(argv []any) []any {
 		return []any{int64(1), l.token, l.weight, limit - inUse, int64(1)}
 	}
 	if n.full || inUse+weight > limit {
-		return []any{int64(0), int64(1000), inUse, int64(1), "", int64(0)}
+		return []any{int64(0), int64(1000), inUse, int64(1), "", int64(0), limit}
 	}
 	tok := proposed
 	if n.grant != "" {

@@ -65,14 +65,15 @@ func parseAcquire(v []any) (store.AcquireReply, error) {
 		existed, _ := v[4].(int64)
 		return store.AcquireReply{Granted: true, Token: tok, Weight: w, Free: max(free, 0), Existed: existed == 1,
 			Woken: stringsOf(v[5:])}, nil
-	case code == 0 && len(v) == 6:
+	case code == 0 && len(v) == 7:
 		wait, _ := v[1].(int64)
 		inUse, _ := v[2].(int64)
 		head, _ := v[3].(int64)
 		last, _ := v[4].(string)
 		restarted, _ := v[5].(int64)
+		limit, _ := v[6].(int64)
 		rep := store.AcquireReply{RetryIn: time.Duration(max(wait, 0)) * time.Millisecond, InUse: inUse, Head: head == 1,
-			LastToken: last, Restarted: restarted == 1, Paused: restarted == 2}
+			LastToken: last, Restarted: restarted == 1, Paused: restarted == 2, Limit: limit}
 		if rep.Restarted {
 			rep.Quarantine = rep.RetryIn
 		}

@@ -18,7 +18,7 @@
 -- ARGV[12] direct_grant: 1 a release may grant this waiter its lease
 --          directly, under the lease id wait (see release.lua)
 -- ARGV[13] quarantine_ms: the restart quarantine (0: none; see
---          quarantine_left)
+--          quarantine_left), kept in the waiter's record for why.lua
 -- ARGV[14] exact: 1 the proposed token is the lease's own, to be taken
 --          as is (see quorumStore.regain)
 -- ARGV[15] learn: '' the limit is fixed; else "min start": it is learned
@@ -48,10 +48,12 @@ local learn = ARGV[15]
 -- Returns {1, token, weight, permits still free, existing, own waiters
 -- woken...} when granted (existing = 1: the owner's lease of this id,
 -- extended), {0, ms until the earliest expiry, permits in use, at head}
--- when not (with the last token issued, and 1 when the restart quarantine
+-- when not (with the last token issued, 1 when the restart quarantine
 -- refused it, 2 when the name's pause did, the ms being then until its
--- end), {-1, weight held} when the id holds another weight, {-2,
--- fleet limit} when the weight is above the fleet-wide limit.
+-- end, and the limit applied: the fleet limit, set or learned, when there
+-- is one, else the asking Semaphore's), {-1, weight held} when the id
+-- holds another weight, {-2, fleet limit} when the weight is above the
+-- fleet-wide limit.
 
 local field = ':' .. id
 local now = now_us()
@@ -229,7 +231,7 @@ if wait ~= '' then
   local wexp = now_ms + queue_ttl_ms
   local hand = '0'
   if fifo and direct_grant and wait == id then hand = ttl_ms_s end
-  local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, own)
+  local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, quarantine_ms, own)
   -- The wake-up that brought this attempt is spent: reset the marker
   -- (pass_on), so that the next room wakes the waiter again. '' rather
   -- than HDEL: it rides on this HSET.
@@ -269,9 +271,11 @@ if wait ~= '' then
 end
 -- The last token issued: a direct grant announced with a token no higher came
 -- before this answer, so its lease has expired since (see wait.go).
-if quarantine > 0 then return {0, quarantine, total, head, '0', 1} end
-if paused > 0 then return {0, paused, total, head, st[2] or '0', 2} end
+-- The limit applied lets the caller tell a fleet limit below its own from
+-- a full semaphore (BusyError.Reason) without a read of its own.
+if quarantine > 0 then return {0, quarantine, total, head, '0', 1, limit} end
+if paused > 0 then return {0, paused, total, head, st[2] or '0', 2, limit} end
 -- Behind a live waiter, the earliest expiry is not this one's to wait for
 -- (its timer is the head's), and the TTL saves the call that reads it.
-if behind then return {0, ttl_ms, total, head, st[2] or '0', 0} end
-return {0, earliest(KEYS, now_ms, ttl_ms, first), total, head, st[2] or '0', 0}
+if behind then return {0, ttl_ms, total, head, st[2] or '0', 0, limit} end
+return {0, earliest(KEYS, now_ms, ttl_ms, first), total, head, st[2] or '0', 0, limit}

@@ -11,9 +11,10 @@ local LEASES, STATE, QUEUE, PAUSE = 1, 2, 3, 4
 --                at +inf that keeps the set (and its TTL) alive while empty
 -- KEYS[2] state  HASH ':'..id -> "<weight>:<token>:<owner>" per lease,
 --                '?'..wait -> "<weight>:<expiry ms>:<direct-grant ttl ms>:<its
---                own limit>:<wake channel>" per queued waiter (direct-
---                grant ttl 0: wake it, do not grant it in a release; see
---                release.lua),
+--                own limit>:<its restart quarantine ms>:<wake channel>"
+--                per queued waiter (direct-grant ttl 0: wake it, do not
+--                grant it in a release; see release.lua; the quarantine
+--                is for why.lua, which judges each waiter by its own),
 --                '!'..wait -> when (ms) a queued waiter was woken: for
 --                WOKEN_MS after, its attempt is taken to be on its way
 --                and pass_on does not wake it again (see there). Written
@@ -132,17 +133,22 @@ local function lease_record(w, tok, owner)
 end
 
 -- Splits a waiter's record: returns 1 its weight, 2 its expiry (ms), 3
--- its direct-grant ttl (ms) (numbers), 4 its channel, 5 its own limit
--- and 6 its weight (strings); nil for another version's record.
+-- its direct-grant ttl (ms) (numbers), 4 its channel, 5 its own limit, 6
+-- its weight and 7 its restart quarantine (ms) (strings; 7 nil for the
+-- previous version's record, which had none); nil for an older version's
+-- record.
 local function parse_waiter(v)
-  local w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
-  if not w then return nil end -- another version's record: walk_queue drops it
-  return w + 0, exp + 0, ttl + 0, channel, limit, w
+  local w, exp, ttl, limit, q, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+):(.*)$')
+  if not w then
+    w, exp, ttl, limit, channel = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+    if not w then return nil end -- an older version's record: walk_queue drops it
+  end
+  return w + 0, exp + 0, ttl + 0, channel, limit, w, q
 end
 
 -- A waiter's record, as parse_waiter splits it (strings).
-local function waiter_record(w, exp, hand, limit, channel)
-  return w .. ':' .. exp .. ':' .. hand .. ':' .. limit .. ':' .. channel
+local function waiter_record(w, exp, hand, limit, quarantine, channel)
+  return w .. ':' .. exp .. ':' .. hand .. ':' .. limit .. ':' .. quarantine .. ':' .. channel
 end
 
 -- A waiter's record v with its expiry replaced by exp (a string): the

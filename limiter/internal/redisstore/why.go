@@ -30,7 +30,7 @@ func (s *Store) WhyState(ctx context.Context, k store.Keyspace, max int, wait st
 	}
 	n := int(asInt(v[5]))
 	rest := v[6:]
-	if n < 0 || len(rest) < 3*n || (len(rest)-3*n)%4 != 0 {
+	if n < 0 || len(rest) < 3*n || (len(rest)-3*n)%5 != 0 {
 		return store.WhyState{}, errors.New("unexpected why reply")
 	}
 	st.Holders = make([]store.WhyHolder, n)
@@ -39,11 +39,12 @@ func (s *Store) WhyState(ctx context.Context, k store.Keyspace, max int, wait st
 		st.Holders[i] = store.WhyHolder{Weight: asInt(h[0]), Token: asInt(h[1]), TTL: time.Duration(asInt(h[2])) * time.Millisecond}
 	}
 	rest = rest[3*n:]
-	st.Waiters = make([]store.Waiter, len(rest)/4)
+	st.Waiters = make([]store.Waiter, len(rest)/5)
 	for i := range st.Waiters {
-		w := rest[4*i:]
+		w := rest[5*i:]
 		id, _ := w[0].(string)
-		st.Waiters[i] = store.Waiter{ID: id, Weight: asInt(w[1]), TTL: time.Duration(asInt(w[2])) * time.Millisecond, Limit: asInt(w[3])}
+		st.Waiters[i] = store.Waiter{ID: id, Weight: asInt(w[1]), TTL: time.Duration(asInt(w[2])) * time.Millisecond, Limit: asInt(w[3]),
+			Quarantine: time.Duration(asInt(w[4])) * time.Millisecond}
 	}
 	return st, nil
 }

@@ -56,6 +56,10 @@ type AcquireReply struct {
 	LastToken  string        // when not granted: the last token issued
 	Restarted  bool          // when not granted: for the restart quarantine
 	Paused     bool          // when not granted: for the name's pause (RetryIn: until its end)
+	// Limit: when not granted, the limit applied: the fleet limit (set or
+	// learned) when there is one, else the request's; 0 from a quorum,
+	// whose nodes apply the request's.
+	Limit      int64
 	Quarantine time.Duration // when Restarted: until the quarantine ends (the latest node's, on a quorum)
 	// Split: when not granted, contenders split a quorum's nodes and gave
 	// their parts back; SplitPause is the pause the quorum proposes
@@ -159,6 +163,9 @@ type Waiter struct {
 	Weight int64
 	TTL    time.Duration
 	Limit  int64 // its Semaphore's own limit
+	// Quarantine: until its own restart quarantine ends (0: none; read by
+	// WhyState only).
+	Quarantine time.Duration
 }
 
 // ReplicaWait is what WaitReplicas asks for: WAIT N Timeout after each

@@ -10,7 +10,8 @@ import (
 // nodes each hold their own view, which no one call can reconcile).
 type Whys interface {
 	// WhyState reads k's holders, queue, pause, fleet limit and the
-	// restart quarantine that quarantine implies; the queue up to wait
+	// restart quarantine left of each waiter, by the one its Client
+	// applies, and of a new request, by quarantine; the queue up to wait
 	// (whatever max), or its first max waiters when wait is "".
 	WhyState(ctx context.Context, k Keyspace, max int, wait string, quarantine time.Duration) (WhyState, error)
 }
@@ -19,7 +20,7 @@ type Whys interface {
 type WhyState struct {
 	Now        int64         // server time, µs
 	PauseEnd   int64         // µs (server clock) until which it grants nothing; 0: not paused
-	Quarantine time.Duration // until the restart quarantine ends (0: none)
+	Quarantine time.Duration // until a new request's restart quarantine ends (0: none)
 	FleetLimit int64         // SetLimit's (0: none)
 	Limit      int64         // the limit of the last grant (0: unknown)
 	Holders    []WhyHolder
