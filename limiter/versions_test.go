@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A queue entry whose record this version cannot read (an older one's
@@ -31,7 +32,7 @@ func TestWaiterRecordOfAnotherVersionIsDropped(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release with another version's waiter queued: %v", err)
 	}
-	if _, err := clientFor(t, rdb).Inspector().Waiters(ctx, "versions"); err != nil {
+	if _, err := inspect.New(clientFor(t, rdb)).Waiters(ctx, "versions"); err != nil {
 		t.Errorf("Inspector.Waiters: %v", err)
 	}
 	if _, err := m.TryAcquire(ctx); err != nil {
@@ -73,7 +74,7 @@ func TestWaitWhoseShardSubscriptionFailedGoesByThePlainChannel(t *testing.T) {
 		got <- err
 	}()
 	redistest.Eventually(t, 5*time.Second, "queued", func() bool {
-		ws, err := holder.Inspector().Waiters(ctx, "shardless")
+		ws, err := inspect.New(holder).Waiters(ctx, "shardless")
 		return err == nil && len(ws) == 1
 	})
 	start := time.Now()
