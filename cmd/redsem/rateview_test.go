@@ -191,7 +191,7 @@ func TestShowRate(t *testing.T) {
 func TestWatchRate(t *testing.T) {
 	f := newFixture(t)
 	in := inspect.New(f.holder)
-	ctx, cancel := context.WithTimeout(f.ctx(), 800*time.Millisecond)
+	ctx, cancel := context.WithCancel(f.ctx()) // once the last step is seen
 	defer cancel()
 	var text, js bytes.Buffer
 	var wg sync.WaitGroup
@@ -222,6 +222,8 @@ func TestWatchRate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	time.Sleep(500 * time.Millisecond) // 25 polls: the last step is printed
+	cancel()
 	wg.Wait()
 
 	const (
