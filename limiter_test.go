@@ -20,6 +20,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 	"github.com/redsem/redsem/scheduler"
 )
 
@@ -186,7 +187,7 @@ func TestSchedulerToWorkerEndToEnd(t *testing.T) {
 
 	workers := map[string]*exec.Cmd{"w1": start(t, srv.Addr(), "worker", "w1"), "w2": start(t, srv.Addr(), "worker", "w2")}
 	schedulers := []*exec.Cmd{start(t, srv.Addr(), "scheduler", "s1"), start(t, srv.Addr(), "scheduler", "s2")}
-	locks := lc.Inspector() // what Redis holds of the job's lock
+	locks := inspect.New(lc) // what Redis holds of the job's lock
 
 	// Kill -9 whichever worker runs the job about 4s in.
 	time.Sleep(4 * time.Second)

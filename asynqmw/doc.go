@@ -81,7 +81,7 @@
 //
 // A handler that hears "slow down" (a 429 with Retry-After) returns
 // Pause(d, err) (or a *PauseError naming one rule): the middleware pauses
-// the task's rules, in Redis (limiter.Inspector.Pause), whether they have
+// the task's rules, in Redis (inspect.Inspector.Pause), whether they have
 // a Rate, a Limit or both, so that no worker's task of them gets a slot
 // or a new permit before the pause ends (waiting tasks are served in
 // order from then), and the task is re-queued at the pause's end without

@@ -167,7 +167,7 @@ var errGateTimeout = errors.New("asynqmw: no permit within the wait")
 // handler returned its context's end) is a *BusyError, re-queued after
 // about the rule's TTL. A *PauseError the handler returns pauses its
 // rules and becomes a *BusyError (see PauseError). A task whose wait
-// for a permit runs out while its rule is paused (limiter.Inspector.Pause
+// for a permit runs out while its rule is paused (inspect.Inspector.Pause
 // holds semaphores too) comes back at the pause's end: its *BusyError has
 // Paused set and RetryIn until then.
 func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.MiddlewareFunc, error) {

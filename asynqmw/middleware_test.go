@@ -20,6 +20,7 @@ import (
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // TestMain runs the test binary as one of the child processes of the
@@ -547,7 +548,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	})
 	lc := redistest.Limiter(t, rdb)
 	sem, _ := lc.Semaphore("crash", 2, limiter.TTL(2*time.Second))
-	hs, err := lc.Inspector().Holders(ctx, "crash")
+	hs, err := inspect.New(lc).Holders(ctx, "crash")
 	if err != nil || len(hs) != 1 || !strings.HasPrefix(hs[0].ID, "default:"+info.ID+":0:") {
 		t.Fatalf("holders while the task runs: %+v, %v (want one lease named default:%s:0:...)", hs, err, info.ID)
 	}
@@ -564,7 +565,7 @@ func TestKilledWorkerFreesPermit(t *testing.T) {
 	}
 	defer other.Release(ctx)
 	redistest.Eventually(t, 10*time.Second, "the dead run's lease lapses", func() bool {
-		hs, _ := lc.Inspector().Holders(ctx, "crash")
+		hs, _ := inspect.New(lc).Holders(ctx, "crash")
 		return len(hs) == 1
 	})
 	if took := time.Since(killed); took > 5*time.Second {
@@ -626,7 +627,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	// asynq counts timeouts in whole seconds.
 	info := enqueue(t, client, asynq.NewTask("zombie", nil), asynq.Timeout(time.Second), asynq.MaxRetry(1))
 	<-started
-	in := redistest.Limiter(t, rdb).Inspector() // another process
+	in := inspect.New(redistest.Limiter(t, rdb)) // another process
 	hs, err := in.Holders(ctx, "zombie")
 	if err != nil || len(hs) != 1 || !strings.HasPrefix(hs[0].ID, "default:"+info.ID+":") {
 		t.Fatalf("holders while the handler runs: %+v, %v (want its lease)", hs, err)
@@ -661,7 +662,7 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 	ctx := context.Background()
 	task := asynq.NewTask("direct", nil)
 	free := func() bool {
-		n, err := redistest.Available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
+		n, err := redistest.Available(ctx, inspect.New(lc), sem.Name(), sem.Limit())
 		return err == nil && n == 1
 	}
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // parkRules: one task per customer at a time, three in all, narrowest
@@ -164,7 +165,7 @@ func TestFullFleetParksPastTheKeysWaiters(t *testing.T) {
 	}
 	ctx := context.Background()
 	redistest.Eventually(t, 2*time.Second, "b's task holds b's permit while the fleet's is taken", func() bool {
-		hs, err := lc.Inspector().Holders(ctx, "park-customer:b")
+		hs, err := inspect.New(lc).Holders(ctx, "park-customer:b")
 		return err == nil && len(hs) == 1
 	})
 	if err := fleet.Release(ctx); err != nil {

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
-// maxPause is the limiter's bound on a pause (limiter.Inspector.Pause).
+// maxPause is the limiter's bound on a pause (inspect.Inspector.Pause).
 const maxPause = 24 * time.Hour
 
 // pauseTimeout bounds the call that sets a pause, which does not use the
@@ -21,7 +22,7 @@ const pauseTimeout = time.Second
 // Retry-After, or asked to back off. New's middleware pauses, in Redis,
 // every rule of the task (of the task's key, for a Key rule), whether it
 // has a Rate, a Limit or both, or only the rule named Rule, for For
-// (limiter.Inspector.Overload: the name's semaphore grants no worker a new
+// (inspect.Inspector.Overload: the name's semaphore grants no worker a new
 // permit and its rate gives no task a slot before the pause ends; waiting
 // tasks are served in order from then on, and a rate paces them with no
 // burst; a rate learned with limiter.Adaptive in the rule's
@@ -79,7 +80,7 @@ func (m *middleware) pause(ctx context.Context, t *asynq.Task, gs []gate, pe *Pa
 			continue
 		}
 		names = append(names, g.name)
-		left, err := m.client.Inspector().Overload(ctx, g.name, d)
+		left, err := inspect.New(m.client).Overload(ctx, g.name, d)
 		if err != nil {
 			m.opts.logger.Warn("asynqmw: pause not set: only this task waits", "task", t.Type(), "name", g.name, "err", err)
 			continue

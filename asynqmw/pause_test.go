@@ -13,6 +13,7 @@ import (
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 const pauseFor = 1500 * time.Millisecond
@@ -58,7 +59,7 @@ func TestPauseAcrossProcesses(t *testing.T) {
 	startChildOn(t, "pause", srv.Addr(), "b")
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
 	defer client.Close()
-	in := redistest.Limiter(t, rdb).Inspector()
+	in := inspect.New(redistest.Limiter(t, rdb))
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, tc := range []struct{ rule, task string }{{"paused-api", "partner:call"}, {"paused-cap", "capped:call"}} {
 		tripper := enqueue(t, client, asynq.NewTask(tc.task, []byte("429")), asynq.Queue("a"), asynq.MaxRetry(3))
@@ -121,7 +122,7 @@ func TestPauseErrorPausesEveryRule(t *testing.T) {
 	if busy.RetryIn < 290*time.Millisecond || busy.RetryIn > 300*time.Millisecond || asynqmw.IsFailure(nil)(err) {
 		t.Fatalf("RetryIn %v (want the pause's 300ms), failure %v", busy.RetryIn, asynqmw.IsFailure(nil)(err))
 	}
-	in := lc.Inspector()
+	in := inspect.New(lc)
 	for _, name := range []string{"rated", "capped"} {
 		if st, _ := in.Rate(ctx, name); st.Paused <= 0 {
 			t.Fatalf("%s was not paused", name)
@@ -171,7 +172,7 @@ func TestPausedPermitIsBusyUntilTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := redistest.Limiter(t, rdb).Inspector().Pause(ctx, "cap", 2*time.Second); err != nil {
+	if _, err := inspect.New(redistest.Limiter(t, rdb)).Pause(ctx, "cap", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -53,7 +53,7 @@ type BusyError struct {
 	// a held job lock). ETA is how long, from the refusal, until the gate
 	// should let it through: exact for a pause, the restart quarantine or
 	// a rate's slot; for a full limit (or one held to a fleet limit) the
-	// earliest lease expiry, a lower bound (limiter.Inspector.Why
+	// earliest lease expiry, a lower bound (inspect.Inspector.Why
 	// estimates it, with one more read).
 	Reason limiter.Reason
 	ETA    time.Duration

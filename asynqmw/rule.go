@@ -61,8 +61,8 @@ type Rule struct {
 	// on the handlers' starts: each run of a task spends one event of it
 	// ("10/s burst 5" is limiter.Rate{Events: 10, Per: time.Second,
 	// Burst: 5}). Its wait counts in AcquireTimeout; a rate stored with
-	// limiter.Inspector.SetRate overrides it; a pause
-	// (limiter.Inspector.Pause, or a handler's PauseError) stops it, as
+	// inspect.Inspector.SetRate overrides it; a pause
+	// (inspect.Inspector.Pause, or a handler's PauseError) stops it, as
 	// it stops the rule's semaphore (with or without a Rate). A
 	// bad rate makes New return a *limiter.ArgumentError naming
 	// rules[i].Rate; a Redlock client, limiter.ErrRatesUnsupported.

@@ -20,6 +20,7 @@ import (
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A wait that runs out returns a *BusyError that matches limiter.ErrBusy
@@ -59,7 +60,7 @@ func TestLeaseIDIncludesQueue(t *testing.T) {
 	both.Add(2)
 	together := make(chan struct{})
 	go func() { both.Wait(); close(together) }()
-	in := redistest.Limiter(t, rdb).Inspector()
+	in := inspect.New(redistest.Limiter(t, rdb))
 	ids := make(chan []string, 1)
 	startServer(t, srv.Addr(), 4, func(c *asynq.Config) { c.Queues = map[string]int{"a": 1, "b": 1} },
 		mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
@@ -125,7 +126,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			var runs atomic.Int64
 			stuckDone := make(chan struct{})
 			retryStarted := make(chan bool, 1) // whether the stuck run was still running
-			holders := make(chan []limiter.Holder, 1)
+			holders := make(chan []inspect.Holder, 1)
 			startServer(t, srv.Addr(), 4, func(cfg *asynq.Config) {
 				cfg.RetryDelayFunc = asynqmw.RetryDelay(func(int, error, *asynq.Task) time.Duration { return 100 * time.Millisecond })
 			}, mw(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
@@ -140,7 +141,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 				case <-stuckDone:
 					retryStarted <- false
 				default:
-					hs, _ := lc.Inspector().Holders(ctx, sem.Name())
+					hs, _ := inspect.New(lc).Holders(ctx, sem.Name())
 					holders <- hs
 					retryStarted <- true
 				}
@@ -178,7 +179,7 @@ func TestStuckRunAndItsRetry(t *testing.T) {
 			}
 			<-stuckDone
 			redistest.Eventually(t, 5*time.Second, "every permit back", func() bool {
-				n, _ := redistest.Available(ctx, lc.Inspector(), sem.Name(), sem.Limit())
+				n, _ := redistest.Available(ctx, inspect.New(lc), sem.Name(), sem.Limit())
 				return n == limit
 			})
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // syncBuffer is a log sink safe for the middleware's goroutines.
@@ -57,7 +58,7 @@ func TestBusyErrorSaysWhyAndWhen(t *testing.T) {
 	}
 	holdElsewhere(t, rdb, "whykey:acme")
 	holdElsewhere(t, rdb, "whyfull")
-	if _, err := redistest.Limiter(t, rdb).Inspector().Pause(ctx, "whypause", 5*time.Second); err != nil {
+	if _, err := inspect.New(redistest.Limiter(t, rdb)).Pause(ctx, "whypause", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	h := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // The fleet's shape.
@@ -227,7 +228,7 @@ func oracleSetter(ctx context.Context, rdb *redis.Client, prefix string) (set fu
 	if err != nil {
 		return nil, nil, err
 	}
-	in := lc.Inspector()
+	in := inspect.New(lc)
 	name := adaptiveName(prefix)
 	set = func(ph adaptivePhase) error {
 		if err := in.SetLimit(ctx, name, ph.Limit); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // adaptiveVariant is one way for the fleet to keep to the hidden limits.
@@ -140,7 +141,7 @@ func (c *redsemClient) Learned() (float64, float64, bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	insp := c.lc.Inspector()
+	insp := inspect.New(c.lc)
 	st, err := insp.Rate(ctx, c.learned)
 	if err != nil || st.Learned == nil {
 		return 0, 0, false

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // TokenHeader is the header that carries the actions' token (the form
@@ -42,7 +43,7 @@ var actions = map[string]func(ctx context.Context, d *Dashboard, name string, fo
 		if err != nil {
 			return "", argError("n", strconv.Quote(form("n")), "must be a whole number (0 clears the fleet limit)")
 		}
-		return fmt.Sprintf("fleet limit of %s set to %d (0: cleared)", name, n), d.c.Inspector().SetLimit(ctx, name, n)
+		return fmt.Sprintf("fleet limit of %s set to %d (0: cleared)", name, n), inspect.New(d.c).SetLimit(ctx, name, n)
 	},
 	"rate": func(ctx context.Context, d *Dashboard, name string, form func(string) string) (string, error) {
 		r := limiter.Rate{}
@@ -52,18 +53,18 @@ var actions = map[string]func(ctx context.Context, d *Dashboard, name string, fo
 				return "", err
 			}
 		}
-		return fmt.Sprintf("fleet rate of %s set to %v (off: cleared)", name, r), d.c.Inspector().SetRate(ctx, name, r)
+		return fmt.Sprintf("fleet rate of %s set to %v (off: cleared)", name, r), inspect.New(d.c).SetRate(ctx, name, r)
 	},
 	"pause": func(ctx context.Context, d *Dashboard, name string, form func(string) string) (string, error) {
 		dur, err := time.ParseDuration(form("duration"))
 		if err != nil {
 			return "", argError("duration", strconv.Quote(form("duration")), "must be a duration such as 30s or 5m")
 		}
-		left, err := d.c.Inspector().Pause(ctx, name, dur)
+		left, err := inspect.New(d.c).Pause(ctx, name, dur)
 		return fmt.Sprintf("%s paused for %v", name, left.Round(time.Millisecond)), err
 	},
 	"unpause": func(ctx context.Context, d *Dashboard, name string, _ func(string) string) (string, error) {
-		return name + " unpaused", d.c.Inspector().Unpause(ctx, name)
+		return name + " unpaused", inspect.New(d.c).Unpause(ctx, name)
 	},
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 var withToken = map[string]string{dashboard.TokenHeader: testToken}
@@ -23,7 +24,7 @@ func TestActionsOff(t *testing.T) {
 	if status != 403 || !strings.Contains(body, "actions are off") {
 		t.Errorf("release with actions off: %d %s, want 403", status, body)
 	}
-	if hs, _ := f.app.Inspector().Holders(f.ctx, "jobs"); len(hs) != 1 {
+	if hs, _ := inspect.New(f.app).Holders(f.ctx, "jobs"); len(hs) != 1 {
 		t.Errorf("the lease was released with actions off")
 	}
 	f.eventually(t, "api/name?name=jobs", "jobs sampled", func(b string) bool { return strings.Contains(b, `"w"`) })
@@ -54,14 +55,14 @@ func TestActionsGuard(t *testing.T) {
 	if status, _ := f.get(t, "actions/release?name=jobs&id=w"); status != 405 {
 		t.Errorf("GET of an action: %d, want 405", status)
 	}
-	if hs, _ := f.app.Inspector().Holders(f.ctx, "jobs"); len(hs) != 1 {
+	if hs, _ := inspect.New(f.app).Holders(f.ctx, "jobs"); len(hs) != 1 {
 		t.Fatalf("a refused request released the lease")
 	}
 	status, body := f.post(t, "actions/release", release, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": f.http.URL, dashboard.TokenHeader: testToken})
 	if status != 200 {
 		t.Fatalf("release with the token: %d %s", status, body)
 	}
-	if hs, _ := f.app.Inspector().Holders(f.ctx, "jobs"); len(hs) != 0 {
+	if hs, _ := inspect.New(f.app).Holders(f.ctx, "jobs"); len(hs) != 0 {
 		t.Errorf("released, but Redis still lists %+v", hs)
 	}
 	select {
@@ -81,7 +82,7 @@ func TestActionsGuard(t *testing.T) {
 // 400 naming the argument.
 func TestActionsSetAndPause(t *testing.T) {
 	f := newFixture(t, dashboard.Actions(testToken))
-	in := f.app.Inspector()
+	in := inspect.New(f.app)
 	post := func(action string, form url.Values) (int, string) {
 		return f.post(t, "actions/"+action, form, withToken)
 	}

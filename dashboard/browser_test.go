@@ -15,6 +15,7 @@ import (
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // browserEnv, set by `make test`, makes a missing Chromium a failure
@@ -144,7 +145,7 @@ func TestBrowserLive(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('button.release[data-id="worker-7"]').click()`),
 		chromedp.WaitVisible(chromedp.CSS("#status.ok")),
 		chromedp.WaitNotPresent(chromedp.CSS(`tr[data-id="worker-7"]`)))
-	if hs, err := f.app.Inspector().Holders(f.ctx, name); err != nil || len(hs) != 0 {
+	if hs, err := inspect.New(f.app).Holders(f.ctx, name); err != nil || len(hs) != 0 {
 		t.Errorf("after the release Redis lists %+v (%v)", hs, err)
 	}
 	if line, err := seven.next(2 * holderTTL); err != nil || !strings.Contains(line, limiter.ErrLeaseLost.Error()) {
@@ -284,7 +285,7 @@ func TestBrowserWaitQueueSaysWhy(t *testing.T) {
 		textIs(first+"td.why", "full, 0 ahead"), textIs(second+"td.why", "full, 1 ahead"),
 		estimated(first+"td.eta"), estimated(second+"td.eta"))
 	screenshot(t, ctx, "queue-why")
-	if _, err := f.app.Inspector().Pause(f.ctx, name, time.Hour); err != nil {
+	if _, err := inspect.New(f.app).Pause(f.ctx, name, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	run(t, ctx, 10*time.Second, "a pause says paused, until its end", textIs(first+"td.why", "paused"),

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // Dashboard is the web dashboard of the names under a limiter Client's
@@ -48,7 +49,7 @@ func New(c *limiter.Client, opts ...Option) (*Dashboard, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dashboard{c: c, cfg: cfg, s: newSampler(c.Inspector(), cfg), cancel: cancel, done: make(chan struct{})}
+	d := &Dashboard{c: c, cfg: cfg, s: newSampler(inspect.New(c), cfg), cancel: cancel, done: make(chan struct{})}
 	d.mux = d.routes()
 	go func() {
 		defer close(d.done)

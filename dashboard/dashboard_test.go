@@ -11,6 +11,7 @@ import (
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // overviewJSON is what api/overview answers, the fields the tests read.
@@ -50,7 +51,7 @@ func TestOverview(t *testing.T) {
 	f.hold(t, jobs, "worker-1", 2)
 	f.queue(t, jobs, 1)
 	f.hold(t, f.sem(t, "idle", 5), "w", 1)
-	in := f.app.Inspector()
+	in := inspect.New(f.app)
 	if err := in.SetRate(f.ctx, "api", limiter.Rate{Events: 100, Per: time.Minute, Burst: 20}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // Mount the dashboard under /redsem/ of a service's own mux, read-only,
@@ -26,7 +27,7 @@ func Example() {
 		return
 	}
 	defer c.Close(context.Background())
-	if err := c.Inspector().SetLimit(context.Background(), "api:github", 3); err != nil {
+	if err := inspect.New(c).SetLimit(context.Background(), "api:github", 3); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 const (
@@ -105,7 +106,7 @@ func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weight int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	in := f.app.Inspector()
+	in := inspect.New(f.app)
 	before, err := in.Waiters(f.ctx, s.Name())
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // /metrics exports the fleet's per-name gauges from the latest sample.
@@ -19,10 +20,10 @@ func TestMetrics(t *testing.T) {
 	f.hold(t, jobs, "a", 3)
 	f.queue(t, jobs, 1)
 	f.hold(t, f.sem(t, "idle", 2), "b", 1) // no rate state: paused 0
-	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 3); err != nil {
+	if err := inspect.New(f.app).SetLimit(f.ctx, "jobs", 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.app.Inspector().Pause(f.ctx, "jobs", time.Minute); err != nil {
+	if _, err := inspect.New(f.app).Pause(f.ctx, "jobs", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	body := f.eventually(t, "metrics", "the gauges of jobs", func(b string) bool {
@@ -41,7 +42,7 @@ func TestMetrics(t *testing.T) {
 // (raceSlowdown times that under -race): it reads the sample, not Redis.
 func TestThousandNames(t *testing.T) {
 	f := newFixture(t)
-	in := f.app.Inspector()
+	in := inspect.New(f.app)
 	var wg sync.WaitGroup
 	errs := make(chan error, 1000)
 	for i := range 1000 {

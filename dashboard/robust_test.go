@@ -15,6 +15,7 @@ import (
 	"github.com/redsem/redsem/dashboard"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A filtered overview is the sample's names filtered here: it asks
@@ -143,7 +144,7 @@ func TestActionAfterClose(t *testing.T) {
 	if _, after := f.get(t, "api/overview"); status != http.StatusServiceUnavailable || after != before {
 		t.Errorf("action after Close: %d %s; overview before\n%s\nafter\n%s", status, body, before, after)
 	}
-	if limit, err := f.app.Inspector().Limit(f.ctx, "jobs"); err != nil || limit != 0 {
+	if limit, err := inspect.New(f.app).Limit(f.ctx, "jobs"); err != nil || limit != 0 {
 		t.Errorf("the limit was set after Close: %d, %v", limit, err)
 	}
 }
@@ -152,7 +153,7 @@ func TestActionAfterClose(t *testing.T) {
 // names did not change gets 304 and the sample time alone.
 func TestLiveNotModified(t *testing.T) {
 	f := newFixture(t)
-	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 3); err != nil {
+	if err := inspect.New(f.app).SetLimit(f.ctx, "jobs", 3); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually(t, "api/overview", "jobs", func(b string) bool { return strings.Contains(b, "jobs") })
@@ -174,7 +175,7 @@ func TestLiveNotModified(t *testing.T) {
 	if res.StatusCode != http.StatusNotModified || res.Header.Get("X-Redsem-Sampled") == "" {
 		t.Errorf("nothing changed, 3 samples later: %d, sampled %q", res.StatusCode, res.Header.Get("X-Redsem-Sampled"))
 	}
-	if err := f.app.Inspector().SetLimit(f.ctx, "jobs", 4); err != nil {
+	if err := inspect.New(f.app).SetLimit(f.ctx, "jobs", 4); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 5*time.Second, "a 200 once the limit changed", func() bool { return get(first.Header.Get("ETag")).StatusCode == 200 })

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redsem/redsem/internal/namestate"
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // snapshot is one sample of every name: the pages and /metrics read the
@@ -60,7 +60,7 @@ var errClosed = errors.New("dashboard closed: no more samples")
 // sampler reads every name under the prefix at a fixed interval and keeps
 // the latest sample and each name's history.
 type sampler struct {
-	in  *limiter.Inspector
+	in  *inspect.Inspector
 	cfg config
 
 	mu        sync.Mutex                      // one sample at a time; guards what follows
@@ -95,7 +95,7 @@ type listing struct {
 	omittedFrom string
 }
 
-func newSampler(in *limiter.Inspector, cfg config) *sampler {
+func newSampler(in *inspect.Inspector, cfg config) *sampler {
 	s := &sampler{in: in, cfg: cfg, hist: map[string]*history{},
 		waits: map[string]map[string]firstSeen{}, lastToken: map[string]int64{}, wanted: map[string]bool{},
 		ready: make(chan struct{})}
@@ -382,7 +382,7 @@ type nameRead struct {
 }
 
 // readName reads a listed name; a failure is the name's (see nameRead).
-func readName(ctx context.Context, in *limiter.Inspector, name string, sem bool) nameRead {
+func readName(ctx context.Context, in *inspect.Inspector, name string, sem bool) nameRead {
 	if !sem {
 		u, err := in.InUse(ctx, name)
 		if err != nil {
@@ -399,7 +399,7 @@ func readName(ctx context.Context, in *limiter.Inspector, name string, sem bool)
 // readWanted reads a name that no listing found: a semaphore when Redis
 // holds a fleet limit, a holder or a waiter for it, else a rate limit when
 // it holds rate state.
-func readWanted(ctx context.Context, in *limiter.Inspector, name string) (nameRead, error) {
+func readWanted(ctx context.Context, in *inspect.Inspector, name string) (nameRead, error) {
 	st, err := namestate.Read(ctx, in, name)
 	if err != nil {
 		return withErr(nameRead{v: semView(st), has: true}, err), nil

@@ -10,9 +10,10 @@ import (
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
-func testSampler(t *testing.T, in *limiter.Inspector, opts ...Option) *sampler {
+func testSampler(t *testing.T, in *inspect.Inspector, opts ...Option) *sampler {
 	t.Helper()
 	cfg, err := defaultConfig().with(opts)
 	if err != nil {
@@ -133,7 +134,7 @@ func TestSampleScansOnlyToList(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := redistest.Limiter(t, srv.Client(t), limiter.Prefix("cost:"))
 	ctx := context.Background()
-	in := c.Inspector()
+	in := inspect.New(c)
 	for i := range 20 {
 		if err := in.SetLimit(ctx, fmt.Sprintf("tenant:%02d", i), 5); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // hiddenRate is an upstream that takes at most perSecond calls in any
@@ -138,7 +139,7 @@ func TestTransportLearnsTheRateAcrossProcesses(t *testing.T) {
 		}
 	}
 	accepted, refused := up.counts((secs-last)*time.Second, secs*time.Second)
-	insp := redistest.Limiter(t, srv.Client(t)).Inspector()
+	insp := inspect.New(redistest.Limiter(t, srv.Client(t)))
 	names, err := insp.RateNames(context.Background(), "learn:*") // the Transport's name and the upstream's key
 	if err != nil || len(names) != 1 {
 		t.Fatalf("rate names %v, %v; want one", names, err)

@@ -42,7 +42,7 @@ type ServerConfig struct {
 	// Weight, when set, gives the permits a request takes (default 1).
 	// A weight the semaphore refuses is a misconfiguration: outside
 	// [1, Limit] (refused before anything is sent to Redis), or above a
-	// fleet-wide limit stored with limiter.Inspector.SetLimit. The
+	// fleet-wide limit stored with inspect.Inspector.SetLimit. The
 	// request is answered 500 Internal Server Error and the limiter's
 	// *ArgumentError is logged.
 	Weight func(r *http.Request) int64
@@ -123,7 +123,7 @@ func LimiterOptions(opts ...limiter.NameOption) Option {
 // with a Retry-After header (default 5 minutes, at most 24 hours, the
 // limiter's bound on a pause); 0 turns pausing off. Such an answer also
 // cuts the name's rate where it is learned (limiter.Adaptive in
-// LimiterOptions; limiter.Inspector.Overload), with or without a
+// LimiterOptions; inspect.Inspector.Overload), with or without a
 // Retry-After, unless pausing is off. See
 // Transport.RoundTrip. Middleware ignores it. A bound outside [0, 24h]
 // makes NewTransport return an *limiter.ArgumentError naming

@@ -43,7 +43,7 @@
 // A config's Rate adds a fleet-wide rate limit (limiter.RateLimit) beside
 // the semaphore's cap, or instead of it (Limit 0); both always hold. A
 // request takes its rate slot first, then its permit, within one
-// AcquireTimeout. A Transport pauses the name (limiter.Inspector.Pause)
+// AcquireTimeout. A Transport pauses the name (inspect.Inspector.Pause)
 // when the upstream answers 429 or 503 with Retry-After, at most 5
 // minutes (PauseOnRetryAfter), for every process.
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // At most one request per API key at once, across every server process
@@ -174,7 +175,7 @@ func ExampleNewTransport_rate() {
 	first, _ := hc.Get(api.URL)
 	first.Body.Close()
 	fmt.Println("first:", first.StatusCode, "Retry-After", first.Header.Get("Retry-After"))
-	st, _ := lc.Inspector().Rate(context.Background(), "example:billing:api")
+	st, _ := inspect.New(lc).Rate(context.Background(), "example:billing:api")
 	fmt.Println("paused for every process:", st.Paused > 0)
 
 	// A caller that cannot wait out the pause fails at once.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // env is one test's Redis and the limiter Client the code under test uses.
@@ -45,9 +46,9 @@ func sem(t *testing.T, c *limiter.Client, name string, limit int64, opts ...limi
 }
 
 // holders lists the live leases of name as c's Inspector reads them.
-func holders(t *testing.T, c *limiter.Client, name string) []limiter.Holder {
+func holders(t *testing.T, c *limiter.Client, name string) []inspect.Holder {
 	t.Helper()
-	hs, err := c.Inspector().Holders(ctxT(t, 5*time.Second), name)
+	hs, err := inspect.New(c).Holders(ctxT(t, 5*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}

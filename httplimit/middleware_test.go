@@ -14,6 +14,7 @@ import (
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 func middleware(t *testing.T, lc *limiter.Client, cfg httplimit.ServerConfig, h http.HandlerFunc, opts ...httplimit.Option) *httptest.Server {
@@ -304,7 +305,7 @@ func TestMiddlewareClientGoneWhileWaiting(t *testing.T) {
 	// The server learns of the disconnect asynchronously: its wait must
 	// have left the queue before the release, or the release grants it.
 	redistest.Eventually(t, 5*time.Second, "the server's wait gone from the queue", func() bool {
-		ws, err := e.lc.Inspector().Waiters(ctxT(t, 5*time.Second), "gone")
+		ws, err := inspect.New(e.lc).Waiters(ctxT(t, 5*time.Second), "gone")
 		return err == nil && len(ws) == 0
 	})
 	if err := lease.Release(ctxT(t, 5*time.Second)); err != nil {
@@ -385,7 +386,7 @@ func TestBadConfig(t *testing.T) {
 // served: 500 at once, not a wait, and the handler does not run.
 func TestMiddlewareWeightAboveFleetLimit(t *testing.T) {
 	e := newEnv(t)
-	if err := e.other(t).Inspector().SetLimit(ctxT(t, 5*time.Second), "fleet", 1); err != nil {
+	if err := inspect.New(e.other(t)).SetLimit(ctxT(t, 5*time.Second), "fleet", 1); err != nil {
 		t.Fatal(err)
 	}
 	srv := middleware(t, e.lc, httplimit.ServerConfig{Name: "fleet", Limit: 3, AcquireTimeout: 10 * time.Second,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // rate100 paces nothing in these tests: only a pause holds requests back.
@@ -40,7 +41,7 @@ func pathKey(r *http.Request) (string, bool) { return r.URL.Path, true }
 
 func paused(t *testing.T, c *limiter.Client, name string) time.Duration {
 	t.Helper()
-	st, err := c.Inspector().Rate(ctxT(t, 5*time.Second), name)
+	st, err := inspect.New(c).Rate(ctxT(t, 5*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestTransportPauseHoldsOtherClients(t *testing.T) {
 // AcquireTimeout when it does; the handler does not run.
 func TestMiddlewarePausedPermit(t *testing.T) {
 	e := newEnv(t)
-	if _, err := e.other(t).Inspector().Pause(ctxT(t, 5*time.Second), "mwpause", time.Minute); err != nil {
+	if _, err := inspect.New(e.other(t)).Pause(ctxT(t, 5*time.Second), "mwpause", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	hc := httpClient(t, nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/redsem/redsem/httplimit"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A rate and a limit both hold: 12 requests at once, limit 2, 20/s with
@@ -170,7 +171,7 @@ func TestMiddlewareRate(t *testing.T) {
 	if ra := resp.Header.Get("Retry-After"); resp.StatusCode != http.StatusTooManyRequests || (ra != "2" && ra != "3") {
 		t.Fatalf("second: %d, Retry-After %q; want 429, 2 or 3", resp.StatusCode, ra)
 	}
-	if _, err := e.other(t).Inspector().Pause(ctxT(t, 5*time.Second), "mwrate", time.Minute); err != nil {
+	if _, err := inspect.New(e.other(t)).Pause(ctxT(t, 5*time.Second), "mwrate", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	resp = get(t, hc, srv.URL)

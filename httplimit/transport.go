@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // Transport is an http.RoundTripper that caps how many requests are in
@@ -25,7 +26,7 @@ type Transport struct {
 	common
 	key       func(*http.Request) (string, bool)
 	base      http.RoundTripper
-	inspector *limiter.Inspector
+	inspector *inspect.Inspector
 }
 
 // NewTransport returns a Transport that sends requests with cfg.Base once
@@ -47,7 +48,7 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{common: c, key: cfg.Key, base: cfg.Base, inspector: client.Inspector()}
+	t := &Transport{common: c, key: cfg.Key, base: cfg.Base, inspector: inspect.New(client)}
 	if t.key == nil {
 		t.key = hostKey
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // aclSetUser is the least-privilege user of the README (Redis 6.2+), run
@@ -118,7 +119,7 @@ func TestACL(t *testing.T) {
 	if _, err := semA.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("TryAcquire on a full semaphore: want ErrBusy, got %v", err)
 	}
-	ins := a.Inspector()
+	ins := inspect.New(a)
 	hs, err := ins.Holders(ctx, "acl")
 	if err != nil {
 		t.Fatal("Holders:", err)
@@ -473,7 +474,7 @@ func aclExpiry(ctx context.Context, t *testing.T, c *limiter.Client) {
 
 func aclRatesAndPauses(ctx context.Context, t *testing.T, c *limiter.Client) {
 	t.Helper()
-	ins := c.Inspector()
+	ins := inspect.New(c)
 	rl, err := c.RateLimit("acl", limiter.Rate{Events: 100, Per: time.Second, Burst: 1})
 	if err != nil {
 		t.Fatal(err)

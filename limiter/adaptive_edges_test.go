@@ -7,6 +7,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // Guards against what an adversarial review found: a cut that re-paces reserved times leaves pause.lua's record of
@@ -30,7 +31,7 @@ func TestCutKeepsTheConfiguredSpacing(t *testing.T) {
 	awaitPauseListeners(t, rdb, 1)
 	time.Sleep(time.Until(at[0].Add(100 * time.Millisecond)))
 	// 10 -> 6 (slow start's first cut): scale 10/6, no pause.
-	if _, err := clientFor(t, b.client(t)).Inspector().Overload(ctx, name, 0); err != nil {
+	if _, err := inspect.New(clientFor(t, b.client(t))).Overload(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 5*time.Second, "the reservation re-paced", func() bool {
@@ -99,7 +100,7 @@ func TestPauseNoticeUnderAPrefixWithSpaces(t *testing.T) {
 		n, _ := rdb.PubSubNumSub(ctx, "x2 jobs:pause").Result()
 		return n["x2 jobs:pause"] == 1
 	})
-	if _, err := c.Inspector().Pause(ctx, "review-x", time.Second); err != nil {
+	if _, err := inspect.New(c).Pause(ctx, "review-x", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -173,7 +174,7 @@ func TestOverloadDuringItsPauseCutsOnce(t *testing.T) {
 	if _, err := rl.Allow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	insp := clientFor(t, b.client(t)).Inspector()
+	insp := inspect.New(clientFor(t, b.client(t)))
 	for _, d := range []time.Duration{time.Second, 5 * time.Second} {
 		if _, err := insp.Overload(ctx, name, d); err != nil {
 			t.Fatal(err)
@@ -220,7 +221,7 @@ func TestGrowthIsBoundedByTheClock(t *testing.T) {
 			_, _ = r.Cancel(ctxT(t, 5*time.Second))
 		}
 	}()
-	insp := clientFor(t, b.client(t)).Inspector()
+	insp := inspect.New(clientFor(t, b.client(t)))
 	events, _ := fleetEvents(t, insp, name)
 	if el := time.Since(start); events > 40 {
 		t.Errorf("%v after the first event at 10/s (learned), the fleet rate is %d/s: want at most about 20 (doubling per second of events)", el, events)

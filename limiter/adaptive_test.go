@@ -9,6 +9,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // learnedRate is a RateLimit of Events/s (burst 1) whose rate is learned
@@ -24,7 +25,7 @@ func learnedRate(t *testing.T, b backend, name string, events, start int64) *lim
 }
 
 // fleetEvents is the events per second the fleet applies to name now.
-func fleetEvents(t *testing.T, insp *limiter.Inspector, name string) (int64, *limiter.Learned) {
+func fleetEvents(t *testing.T, insp *inspect.Inspector, name string) (int64, *inspect.Learned) {
 	t.Helper()
 	st, err := insp.Rate(ctxT(t, 5*time.Second), name)
 	if err != nil {
@@ -43,7 +44,7 @@ func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 	func(t *testing.T, b backend) {
 		name := uniqueName(b, "learn-grow")
 		rl := learnedRate(t, b, name, 1000, 10)
-		insp := clientFor(t, b.client(t)).Inspector()
+		insp := inspect.New(clientFor(t, b.client(t)))
 		ctx := ctxT(t, 20*time.Second)
 		end := time.Now().Add(2200 * time.Millisecond)
 		var wg sync.WaitGroup
@@ -83,7 +84,7 @@ func TestOverloadCutsOncePerEpisode(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		for range 4 {
-			insp := clientFor(t, b.client(t)).Inspector()
+			insp := inspect.New(clientFor(t, b.client(t)))
 			wg.Go(func() {
 				if _, err := insp.Overload(ctx, name, 0); err != nil {
 					t.Error(err)
@@ -91,7 +92,7 @@ func TestOverloadCutsOncePerEpisode(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		insp := clientFor(t, b.client(t)).Inspector()
+		insp := inspect.New(clientFor(t, b.client(t)))
 		if events, l := fleetEvents(t, insp, name); events != 30 || l == nil || l.Overload != 35 {
 			t.Fatalf("after 4 overloads of one episode: %d/s (learned %+v), want 30/s (50 cut once by 0.6)", events, l)
 		}
@@ -121,7 +122,7 @@ func TestOverloadRepacesReservations(t *testing.T) {
 		rl := learnedRate(t, b, name, 50, 50)
 		rs, at := reserveAhead(t, rl, 8) // now, +20ms ... +140ms
 		awaitPauseListeners(t, rdb, 1)
-		if _, err := clientFor(t, b.client(t)).Inspector().Overload(ctx, name, 0); err != nil {
+		if _, err := inspect.New(clientFor(t, b.client(t))).Overload(ctx, name, 0); err != nil {
 			t.Fatal(err)
 		}
 		last := len(rs) - 1
@@ -160,7 +161,7 @@ func TestSetRatePinsALearnedRate(t *testing.T) {
 	name := uniqueName(b, "learn-pin")
 	ctx := ctxT(t, 20*time.Second)
 	rl := learnedRate(t, b, name, 100, 50)
-	insp := clientFor(t, b.client(t)).Inspector()
+	insp := inspect.New(clientFor(t, b.client(t)))
 	if _, err := rl.Allow(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestAdaptiveBadInput(t *testing.T) {
 			t.Errorf("RateLimit with a bad Adaptive: %v, want an *ArgumentError naming Adaptive", err)
 		}
 	}
-	_, err := c.Inspector().Overload(ctxT(t, 5*time.Second), "learn-bad", -time.Second)
+	_, err := inspect.New(c).Overload(ctxT(t, 5*time.Second), "learn-bad", -time.Second)
 	var ae *limiter.ArgumentError
 	if !errors.As(err, &ae) || ae.Arg != "retryAfter" {
 		t.Errorf("Overload(-1s): %v, want an *ArgumentError naming retryAfter", err)
@@ -204,14 +205,14 @@ func TestAdaptiveBadInput(t *testing.T) {
 
 // learnedSemaphore is a Semaphore of limit (the bound) whose limit is
 // learned from start, on a Client of its own.
-func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) (*limiter.Semaphore, *limiter.Inspector) {
+func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) (*limiter.Semaphore, *inspect.Inspector) {
 	t.Helper()
 	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
 	s, err := c.Semaphore(name, limit, limiter.Adaptive(1, start))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, c.Inspector()
+	return s, inspect.New(c)
 }
 
 // A learned limit whose newcomers find every permit taken grows by one
@@ -314,7 +315,7 @@ func TestOverloadCutsWhatWasAllUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // the rate's next event is free again
-	insp := c.Inspector()
+	insp := inspect.New(c)
 	if _, err := insp.Overload(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // pubsubConns counts the pub/sub connections on every node of rdb.
@@ -145,7 +146,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("TryAcquire after Close: %v", err)
 	}
-	if _, err := c.Inspector().Holders(ctx, "close"); !errors.Is(err, limiter.ErrClosed) {
+	if _, err := inspect.New(c).Holders(ctx, "close"); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("Inspector.Holders after Close: %v", err)
 	}
 	if err := rdb.Close(); err != nil {
@@ -153,7 +154,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	oc := clientFor(t, observer)
 	for _, n := range []string{"close", "close-other"} {
-		if hs, err := oc.Inspector().Holders(ctx, n); err != nil || len(hs) != 0 {
+		if hs, err := inspect.New(oc).Holders(ctx, n); err != nil || len(hs) != 0 {
 			t.Fatalf("%s after Close: holders %v, %v", n, hs, err)
 		}
 	}
@@ -203,7 +204,7 @@ func TestGrantAfterCloseIsGivenBack(t *testing.T) {
 		t.Fatalf("acquire granted after Close: lease %v, err %v; want ErrClosed", r.l, r.err)
 	}
 	other, _ := newSemaphore(t, rdb, "after-close", 1)
-	if n, err := limiter.Available(ctx, other); err != nil || n != 1 {
+	if n, err := available(ctx, other); err != nil || n != 1 {
 		t.Fatalf("after the late grant: %d free (%v), want 1", n, err)
 	}
 }

@@ -125,7 +125,7 @@ func TestPark(t *testing.T) {
 			t.Fatal(err)
 		}
 		redistest.Eventually(t, 5*time.Second, "the parked lease's permit comes back", func() bool {
-			n, err := limiter.Available(ctx, other)
+			n, err := available(ctx, other)
 			return err == nil && n == 1
 		})
 		if _, err := other.Resume(ctx, stale); !errors.Is(err, limiter.ErrNotHeld) {

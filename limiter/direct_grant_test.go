@@ -10,6 +10,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A direct grant: a release that frees room for a queued waiter grants it
@@ -95,7 +96,7 @@ func TestDirectGrantLostOrLeft(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		hs, _ := limiter.Holders(ctx, sem)
+		hs, _ := holders(ctx, sem)
 		if len(hs) != 1 || hs[0].ID != ghost {
 			t.Fatalf("after the release: holders %+v, want %s (granted directly)", hs, ghost)
 		}
@@ -109,7 +110,7 @@ func TestDirectGrantLostOrLeft(t *testing.T) {
 		if err := limiter.Leave(ctx, sem, ghost); err != nil {
 			t.Fatal(err)
 		}
-		if hs, _ := limiter.Holders(ctx, sem); len(hs) != 0 {
+		if hs, _ := holders(ctx, sem); len(hs) != 0 {
 			t.Fatalf("after the waiter left: holders %+v, want none", hs)
 		}
 	}
@@ -147,7 +148,7 @@ func TestDirectGrantAfterClearingTheFleetLimit(t *testing.T) {
 		})
 	}
 	// An operator clears the fleet limit (none was even set).
-	if err := clientFor(t, rdb).Inspector().SetLimit(ctx, name, 0); err != nil {
+	if err := inspect.New(clientFor(t, rdb)).SetLimit(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // the woken waiters try and queue again
@@ -155,7 +156,7 @@ func TestDirectGrantAfterClearingTheFleetLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	hs, _ := limiter.Holders(ctx, mu)
+	hs, _ := holders(ctx, mu)
 	var mine []*limiter.Lease
 	for len(mine) < n {
 		select {
@@ -217,7 +218,7 @@ func TestStaleDirectGrantAfterAPause(t *testing.T) {
 			if err := tr.held.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if hs, _ := limiter.Holders(ctx, tr.mu); len(hs) != 1 {
+			if hs, _ := holders(ctx, tr.mu); len(hs) != 1 {
 				t.Fatalf("round %d: not granted directly: %+v", round, hs)
 			}
 		}
@@ -332,7 +333,7 @@ func TestDirectGrantKeepsTheWaitersLimit(t *testing.T) {
 	}
 	select {
 	case l := <-got:
-		hs, _ := limiter.Holders(ctx, wide)
+		hs, _ := holders(ctx, wide)
 		t.Errorf("the limit-1 Semaphore was granted while %d permits are held (%d holders in all)", len(hs)-1, len(hs))
 		_ = l.Release(ctx)
 	case <-time.After(1500 * time.Millisecond):

@@ -28,13 +28,13 @@ func testDo(t *testing.T, b backend) {
 	if err := sem.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("Do returned %v, want fn's error", err)
 	}
-	if n, _ := limiter.Available(ctx, sem); n != 1 {
+	if n, _ := available(ctx, sem); n != 1 {
 		t.Fatal("Do did not release after fn failed")
 	}
 	// fn's ctx is cancelled with ErrLeaseLost when the lease goes.
 	var cause error
 	err = sem.Do(ctx, func(fctx context.Context) error {
-		hs, _ := limiter.Holders(ctx, sem)
+		hs, _ := holders(ctx, sem)
 		for _, h := range hs {
 			_ = sem.ReleaseTicket(ctx, limiter.Ticket{Name: sem.Name(), ID: h.ID, Weight: h.Weight, Token: h.Token})
 		}
@@ -67,7 +67,7 @@ func testDoPanic(t *testing.T, b backend) {
 	func() {
 		defer func() {
 			recovered = recover()
-			free, freeErr = limiter.Available(ctx, sem) // before anything else runs
+			free, freeErr = available(ctx, sem) // before anything else runs
 		}()
 		err := sem.Do(ctx, func(context.Context) error { panic("boom") })
 		t.Errorf("Do returned (%v) after fn panicked: the panic did not go on", err)

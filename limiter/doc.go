@@ -8,7 +8,7 @@
 // Client.Semaphore, lets at most L permits be held at once by every process
 // that uses the same Redis and name; Client.Mutex is the Semaphore of one permit.
 // Each acquisition is a Lease: an id, a weight (permits), a fencing token
-// and an expiry on the Redis server's clock. An Inspector (Client.Inspector)
+// and an expiry on the Redis server's clock. An Inspector (package inspect)
 // reads the names, holders and queues in Redis and sets fleet-wide limits.
 //
 // A RateLimit (Client.RateLimit) is the other half of a third-party API's
@@ -16,8 +16,8 @@
 // server's clock. Each event reserves its time in Redis with one call
 // (GCRA: the theoretical arrival time moves on atomically), so callers are
 // served in the order they asked and sleep until their time, with no
-// polling. Inspector.Pause stops a name's rate for a while (a 429 with
-// Retry-After) for every process, and Inspector.SetRate changes its rate
+// polling. inspect.Inspector.Pause stops a name's rate for a while (a 429 with
+// Retry-After) for every process, and its SetRate changes its rate
 // fleet-wide. Rates need one Redis deployment: a Redlock Client refuses
 // them (ErrRatesUnsupported).
 //

@@ -30,7 +30,7 @@ func testExpiry(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _ := limiter.Holders(ctx, waiter)
+	hs, _ := holders(ctx, waiter)
 	ids := make([]string, 0, len(hs))
 	for _, h := range hs {
 		ids = append(ids, h.ID)

@@ -52,47 +52,8 @@ func Leave(ctx context.Context, s *Semaphore, wait string) error {
 	return err
 }
 
-// Holders, Waiters, Available and FleetLimit read a Semaphore
-// through its Client's Inspector: the tests' shorthand.
-func Holders(ctx context.Context, s *Semaphore) ([]Holder, error) {
-	return inspectorOf(s).Holders(ctx, s.Name())
-}
-
-func Waiters(ctx context.Context, s *Semaphore) ([]Waiter, error) {
-	return inspectorOf(s).Waiters(ctx, s.Name())
-}
-
-// Available is how many permits are free under the effective limit.
-func Available(ctx context.Context, s *Semaphore) (int64, error) {
-	limit, _, err := EffectiveLimit(ctx, s)
-	if err != nil {
-		return 0, err
-	}
-	hs, err := Holders(ctx, s)
-	if err != nil {
-		return 0, err
-	}
-	for _, h := range hs {
-		limit -= h.Weight
-	}
-	return max(limit, 0), nil
-}
-
-// EffectiveLimit is the fleet-wide limit (fleet true), or s's own.
-func EffectiveLimit(ctx context.Context, s *Semaphore) (int64, bool, error) {
-	n, err := s.c.Inspector().Limit(ctx, s.name)
-	if n > 0 || err != nil {
-		return n, n > 0, err
-	}
-	return s.limit, false, nil
-}
-
-// SetLimit stores s's fleet-wide limit.
-func SetLimit(ctx context.Context, s *Semaphore, n int64) error {
-	return s.c.Inspector().SetLimit(ctx, s.name, n)
-}
-
-func inspectorOf(s *Semaphore) *Inspector { return s.c.Inspector() }
+// ClientOf is the Client that made s.
+func ClientOf(s *Semaphore) *Client { return s.c }
 
 // SetShardWakes replaces the hub's shard subscriber (a test plays one
 // whose placement fails).
@@ -115,9 +76,4 @@ func RecordUses(c *Client, names []string, limit int64) {
 	c.uses.lastFull = time.Time{} // a full record
 	c.uses.mu.Unlock()
 	c.uses.record(time.Now())
-}
-
-// InUseOf reads s's limits in use through its Client's Inspector.
-func InUseOf(ctx context.Context, s *Semaphore) (InUse, error) {
-	return inspectorOf(s).InUse(ctx, s.Name())
 }

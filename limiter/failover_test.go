@@ -106,7 +106,7 @@ func TestWaitReplicasLeaseSurvivesFailover(t *testing.T) {
 	if !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("a second Client after the failover: want ErrBusy, got %v", err)
 	}
-	hs, err := limiter.Holders(ctx, second)
+	hs, err := holders(ctx, second)
 	if err != nil || len(hs) != 1 || hs[0].ID != l1.ID() || hs[0].Token != l1.Token() {
 		t.Fatalf("holders on the promoted replica: %+v, %v; want lease %s token %d", hs, err, l1.ID(), l1.Token())
 	}
@@ -142,7 +142,7 @@ func TestWaitReplicasUnconfirmedRefreshIsAFailure(t *testing.T) {
 	if !errors.Is(l.Err(), limiter.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
-	if hs, err := limiter.Holders(ctx, mu); err != nil || len(hs) != 1 {
+	if hs, err := holders(ctx, mu); err != nil || len(hs) != 1 {
 		t.Fatalf("the master should still hold the lease its refreshes extended: %+v, %v", hs, err)
 	}
 }
@@ -186,7 +186,7 @@ func TestWaitReplicasWaiterAcquiresItself(t *testing.T) {
 		t.Fatal("the waiter was not granted the lease")
 	}
 	defer l2.Release(context.Background())
-	hs, err := limiter.Holders(ctx, waiter)
+	hs, err := holders(ctx, waiter)
 	if err != nil || len(hs) != 1 || hs[0].ID != l2.ID() {
 		t.Fatalf("holders %+v, %v", hs, err)
 	}
@@ -212,7 +212,7 @@ func TestWaitReplicasUnconfirmedResume(t *testing.T) {
 	if l2, err := to.Resume(ctx, l.Ticket()); !errors.Is(err, limiter.ErrNotReplicated) {
 		t.Fatalf("Resume with replication held back: want ErrNotReplicated, got %v (a lease: %t)", err, l2 != nil)
 	}
-	if hs, err := limiter.Holders(ctx, to); err != nil || len(hs) != 0 {
+	if hs, err := holders(ctx, to); err != nil || len(hs) != 0 {
 		t.Fatalf("the unconfirmed Resume's lease should be given back: holders %+v, %v", hs, err)
 	}
 }
@@ -230,7 +230,7 @@ func TestWaitReplicasOnACluster(t *testing.T) {
 	if _, err := mu.TryAcquire(ctx); !errors.As(err, &re) || re.Acked != 0 || re.Connected != 0 {
 		t.Fatalf("TryAcquire on masters without replicas: want a ReplicationError, got %v", err)
 	}
-	if hs, err := limiter.Holders(ctx, mu); err != nil || len(hs) != 0 {
+	if hs, err := holders(ctx, mu); err != nil || len(hs) != 0 {
 		t.Fatalf("the unconfirmed grant should be given back: %+v, %v", hs, err)
 	}
 	owner, err := cc.MasterForKey(ctx, "{job%7Ba%7D%7D%7Bb}") // the name's hash tag

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/redsem/redsem/internal/glob"
 	"math"
 	"net"
 	"slices"
@@ -215,114 +214,6 @@ func FuzzKeyspace(f *testing.F) {
 		if other != prefix {
 			if o, err := sem(other, name); err == nil {
 				wantNoSharedKey(t, keys, o.keys.Keys)
-			}
-		}
-	})
-}
-
-// FuzzStatePattern checks how Client.Names finds names, SCAN MATCH being
-// Redis's matcher (globMatch, checked against redis-server): the pattern
-// matches the state key of every name under the prefix, no leases or
-// queue key, and no state key under another prefix, whatever glob
-// characters either prefix holds; a key it matches that nameOfStateKey
-// takes is exactly the state key of the name it gives, so keys that only
-// look like one (raw names between braces) list nothing; and the glob
-// then keeps a name exactly when it matches the name itself, as Names
-// promises ("" matching all).
-func FuzzStatePattern(f *testing.F) {
-	for _, seed := range [][4]string{
-		{DefaultPrefix, "api-a", "app:", "api-*"},
-		{DefaultPrefix, "api-{b}", "", "api-*"},
-		{DefaultPrefix, "other%", "x", ""},
-		{"", "n", "p", "n"},
-		{DefaultPrefix, "{", "redsem", "*{*"},
-		{DefaultPrefix, "}", "redsem::", "*}"},
-		{DefaultPrefix, "%", DefaultPrefix, "%"},
-		{DefaultPrefix, "a%b", "", "a%*"},
-		{DefaultPrefix, "n", "", "[mn]"},
-		{DefaultPrefix, "n", "", "[^n]"},
-		{DefaultPrefix, "été", "", "?t?"},
-		{DefaultPrefix, "*", "", "\\*"},
-		{"p:", "n", "q:", "*"},
-		{"svc[eu]:", "n", "svce:", ""},
-		{"svce:", "n", "svc[eu]:", ""},
-		{"app*", "n", "app2:", ""},
-		{`p\`, "n", "p", ""},
-		{"p", "n", `p\`, ""},
-		{"q?", "n", "qq", "?"},
-		{DefaultPrefix, "x%", "", "*5"},
-		{DefaultPrefix, "{", "", "?"},
-		{DefaultPrefix, "{", "", "[{]"},
-		{DefaultPrefix, "{", "", "?7B"},
-		{DefaultPrefix, "n", "", `n\`},
-		{DefaultPrefix, "n", "", "[n"},
-		{DefaultPrefix, "%7B", "%257B", "%7B"},
-		{DefaultPrefix, "a}b", DefaultPrefix + "{a}b}:state", "a*"},
-	} {
-		f.Add(seed[0], seed[1], seed[2], seed[3])
-	}
-	f.Fuzz(func(t *testing.T, prefix, name, otherPrefix, match string) {
-		if name == "" || strings.ContainsAny(prefix, "{}") {
-			return // FuzzKeyspace proves these are rejected
-		}
-		own := store.NewKeyspace(prefix, name, 1).Keys
-		pattern := store.StatePattern(prefix)
-		if !glob.Match(pattern, own[1]) {
-			t.Fatalf("pattern %q misses the state key %q of %q under prefix %q", pattern, own[1], name, prefix)
-		}
-		for _, k := range []string{own[0], own[2]} {
-			if glob.Match(pattern, k) {
-				t.Fatalf("pattern %q matches %q, which is no state key", pattern, k)
-			}
-		}
-		var others []string
-		if otherPrefix != prefix && !strings.ContainsAny(otherPrefix, "{}") {
-			k := store.NewKeyspace(otherPrefix, name, 1).Keys[1]
-			if glob.Match(pattern, k) {
-				t.Fatalf("pattern %q of prefix %q matches %q of prefix %q", pattern, prefix, k, otherPrefix)
-			}
-			others = append(others, k)
-		}
-
-		// What SCAN brings back: the own keys, another prefix's, and keys
-		// that are not redsem's but may look like them.
-		scanned := append(slices.Clone(own), others...)
-		scanned = append(scanned, prefix+"{"+name+"}:state", prefix+"{"+otherPrefix+"}:state",
-			prefix+otherPrefix, otherPrefix)
-		var found []string
-		for _, k := range scanned {
-			if !glob.Match(pattern, k) {
-				continue
-			}
-			n, ok := store.NameOfStateKey(k)
-			if !ok {
-				if k == own[1] {
-					t.Fatalf("store.NameOfStateKey(%q) does not take the state key of %q", k, name)
-				}
-				continue
-			}
-			if want := store.NewKeyspace(prefix, n, 1).Keys[1]; k != want {
-				t.Fatalf("key %q, matched by %q, taken for %q, whose state key is %q", k, pattern, n, want)
-			}
-			if !slices.Contains(found, n) {
-				found = append(found, n)
-			}
-		}
-		if !slices.Contains(found, name) {
-			t.Fatalf("Names of prefix %q would not find %q among %q", prefix, name, scanned)
-		}
-
-		sel := match
-		if sel == "" {
-			sel = "*"
-		}
-		listed := matchingNames(slices.Clone(found), match)
-		if want := glob.Match(sel, name); slices.Contains(listed, name) != want {
-			t.Fatalf("glob %q matches name %q: %v, but Names(%q) gives %q of %q", sel, name, want, match, listed, found)
-		}
-		for _, n := range listed {
-			if !glob.Match(sel, n) {
-				t.Fatalf("Names(%q) lists %q, which the glob does not match", match, n)
 			}
 		}
 	})

@@ -106,7 +106,7 @@ func testResumeAppliesTheAdoptersTTL(t *testing.T, b backend) {
 	short, _ := newMutex(t, b.client(t), name, limiter.TTL(time.Second), limiter.RefreshInterval(0))
 	ttl := func() time.Duration {
 		t.Helper()
-		hs, err := limiter.Holders(ctx, long)
+		hs, err := holders(ctx, long)
 		if err != nil || len(hs) != 1 {
 			t.Fatalf("holders %+v, %v; want the one lease", hs, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // backend is one kind of Redis deployment the core tests must pass on.
@@ -260,7 +261,7 @@ func ringOfTwo(t *testing.T, prefix, suffix string) (ring func() *redis.Ring, sh
 // idle while must not count those.
 func awaitRecorded(t testing.TB, rdb redis.UniversalClient, name string, n int) {
 	t.Helper()
-	insp := clientFor(t, rdb).Inspector()
+	insp := inspect.New(clientFor(t, rdb))
 	redistest.Eventually(t, 10*time.Second, "every Client's limit in use recorded", func() bool {
 		u, err := insp.InUse(ctxT(t, 5*time.Second), name)
 		got := 0

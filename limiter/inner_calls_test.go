@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // The Redis commands the scripts run (commandstats counts them) are most of
@@ -75,7 +76,7 @@ func TestRefusedTryReadsLeasesOnce(t *testing.T) {
 	// The holder's record of its limit in use (within 0.1s of the grant)
 	// is its keep-alive's, not the tries': let it land first.
 	redistest.Eventually(t, 5*time.Second, "the holder's limit recorded", func() bool {
-		u, err := limiter.InUseOf(ctx, holderMu)
+		u, err := inUseOf(ctx, holderMu)
 		return err == nil && len(u.Limits) > 0
 	})
 
@@ -310,7 +311,7 @@ func TestWokenMarkerResetByRequeue(t *testing.T) {
 		t.Fatalf("12 releases with one waiter that fits sent %d PUBLISH, want 1", n)
 	}
 
-	ins := clientFor(t, rdb).Inspector()
+	ins := inspect.New(clientFor(t, rdb))
 	if _, err := ins.Pause(ctx, name, time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A limit an Inspector stores binds every Client whatever limit its
@@ -19,7 +20,7 @@ func TestFleetLimit(t *testing.T) {
 		ctx := ctxT(t, 20*time.Second)
 		name := uniqueName(b, "fleet")
 		c5, c8 := clientFor(t, b.client(t)), clientFor(t, b.client(t))
-		ins5, ins8 := c5.Inspector(), c8.Inspector()
+		ins5, ins8 := inspect.New(c5), inspect.New(c8)
 		five, _ := c5.Semaphore(name, 5, limiter.TTL(10*time.Second))
 		eight, _ := c8.Semaphore(name, 8, limiter.TTL(10*time.Second))
 
@@ -32,7 +33,7 @@ func TestFleetLimit(t *testing.T) {
 		if n, err := ins8.Limit(ctx, name); n != 2 || err != nil {
 			t.Fatalf("Limit after SetLimit(2), read by another Client: %d %v", n, err)
 		}
-		if n, fleet, err := limiter.EffectiveLimit(ctx, eight); n != 2 || !fleet || err != nil {
+		if n, fleet, err := effectiveLimit(ctx, eight); n != 2 || !fleet || err != nil {
 			t.Fatalf("the limit-8 Semaphore's effective limit after SetLimit(2): %d %v %v", n, fleet, err)
 		}
 		a, err := five.TryAcquire(ctx)
@@ -76,7 +77,7 @@ func TestFleetLimit(t *testing.T) {
 		if n, err := ins8.Limit(ctx, name); n != 0 || err != nil {
 			t.Fatalf("Limit after clearing: %d %v, want 0", n, err)
 		}
-		if n, fleet, err := limiter.EffectiveLimit(ctx, eight); n != 8 || fleet || err != nil {
+		if n, fleet, err := effectiveLimit(ctx, eight); n != 8 || fleet || err != nil {
 			t.Fatalf("the limit-8 Semaphore's effective limit after clearing: %d %v %v", n, fleet, err)
 		}
 		if err := ins5.SetLimit(ctx, name, -1); !errors.As(err, &arg) || arg.Arg != "n" {
@@ -92,7 +93,7 @@ func TestFleetLimitOutlivesIdleKeys(t *testing.T) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 	sem, _ := newSemaphore(t, rdb, "persist", 3, limiter.TTL(time.Second))
-	ins := clientFor(t, rdb).Inspector()
+	ins := inspect.New(clientFor(t, rdb))
 	l, err := sem.TryAcquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -132,11 +133,11 @@ func TestNames(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		all, err := c.Inspector().Names(ctx, "")
+		all, err := inspect.New(c).Names(ctx, "")
 		if err != nil || !slices.Equal(all, want) {
 			t.Fatalf("Names: %v %v, want %v", all, err, want)
 		}
-		api, err := c.Inspector().Names(ctx, "api-*")
+		api, err := inspect.New(c).Names(ctx, "api-*")
 		if err != nil || !slices.Equal(api, want[:2]) {
 			t.Fatalf("Names(api-*): %v %v", api, err)
 		}
@@ -165,7 +166,7 @@ func TestNamesGlobAndPrefix(t *testing.T) {
 		}
 		wantNames := func(c *limiter.Client, what, match string, want ...string) {
 			t.Helper()
-			got, err := c.Inspector().Names(ctx, match)
+			got, err := inspect.New(c).Names(ctx, match)
 			if err != nil || !slices.Equal(got, want) {
 				t.Errorf("%s: Names(%q) = %q, %v; want %q", what, match, got, err, want)
 			}
@@ -217,7 +218,7 @@ func TestHoldersAndWaiters(t *testing.T) {
 		ctx := ctxT(t, 10*time.Second)
 		name := uniqueName(b, "waiters")
 		rdb := b.client(t)
-		ins := clientFor(t, rdb).Inspector()
+		ins := inspect.New(clientFor(t, rdb))
 		sem, _ := newSemaphore(t, rdb, name, 3)
 		if hs, err := ins.Holders(ctx, name); err != nil || len(hs) != 0 {
 			t.Fatalf("Holders of an unused name: %+v %v, want none", hs, err)
@@ -289,7 +290,7 @@ func TestLoweredLimitBelowAQueuedWeight(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // light queues first
 		go func() { l, err := sem.Acquire(ctx, limiter.Weight(4)); heavy <- result{l, err, time.Since(start)} }()
 		time.Sleep(100 * time.Millisecond)
-		if err := clientFor(t, rdb).Inspector().SetLimit(ctx, name, 2); err != nil {
+		if err := inspect.New(clientFor(t, rdb)).SetLimit(ctx, name, 2); err != nil {
 			t.Fatal(err)
 		}
 		_ = all.Release(ctx)
@@ -319,7 +320,7 @@ func TestClearingTheLimitWakesWaiters(t *testing.T) {
 		ctx := ctxT(t, 20*time.Second)
 		name := uniqueName(b, "clear")
 		three, _ := newSemaphore(t, b.client(t), name, 3)
-		operator := clientFor(t, b.client(t)).Inspector()
+		operator := inspect.New(clientFor(t, b.client(t)))
 		if err := operator.SetLimit(ctx, name, 1); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // usePeriodForTests makes records of the limits in use expire within
@@ -101,11 +102,11 @@ func TestInUseAcrossProcesses(t *testing.T) {
 		startInUseChild(t, b, name, 5, "18/1s burst 1")
 		startInUseChild(t, b, name, 5, "18/1s burst 1")
 		odd := startInUseChild(t, b, name, 4, "18/1s burst 1")
-		in := clientFor(t, b.client(t)).Inspector()
+		in := inspect.New(clientFor(t, b.client(t)))
 		rate := limiter.Rate{Events: 18, Per: time.Second, Burst: 1}
-		want := limiter.InUse{
-			Limits: []limiter.LimitInUse{{Limit: 5, Processes: 2}, {Limit: 4, Processes: 1}},
-			Rates:  []limiter.RateInUse{{Rate: rate, Processes: 3}},
+		want := inspect.InUse{
+			Limits: []inspect.LimitInUse{{Limit: 5, Processes: 2}, {Limit: 4, Processes: 1}},
+			Rates:  []inspect.RateInUse{{Rate: rate, Processes: 3}},
 		}
 		waitInUse(t, in, name, want)
 		if err := odd.Process.Kill(); err != nil { // SIGKILL: no Close
@@ -119,11 +120,11 @@ func TestInUseAcrossProcesses(t *testing.T) {
 
 // waitInUse waits, up to the records' expiry and a bit, for the
 // Inspector to read want for name.
-func waitInUse(t *testing.T, in *limiter.Inspector, name string, want limiter.InUse) {
+func waitInUse(t *testing.T, in *inspect.Inspector, name string, want inspect.InUse) {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
 	deadline := time.Now().Add(3*usePeriodForTests + 3*time.Second)
-	var got limiter.InUse
+	var got inspect.InUse
 	var err error
 	for time.Now().Before(deadline) {
 		if got, err = in.InUse(ctx, name); err == nil && reflect.DeepEqual(got, want) {

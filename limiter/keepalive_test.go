@@ -52,7 +52,7 @@ func testRefreshInBulk(t *testing.T, b backend) {
 	if calls["zadd"] == 0 {
 		t.Fatal("no refresh happened at all: the test proves nothing")
 	}
-	if n, _ := limiter.Available(ctx, sem); n != 0 {
+	if n, _ := available(ctx, sem); n != 0 {
 		t.Fatalf("available %d, want every lease still held", n)
 	}
 	t.Logf("%d script calls (%v) kept %d leases alive for %v", scripts, calls, leases, 2*interval)
@@ -81,7 +81,7 @@ func TestMaxHold(t *testing.T) {
 		t.Fatalf("Err after MaxHold: %v", l.Err())
 	}
 	redistest.Eventually(t, 2*time.Second, "the permit back", func() bool {
-		hs, err := limiter.Holders(ctx, sem)
+		hs, err := holders(ctx, sem)
 		return err == nil && len(hs) == 0
 	})
 }

@@ -53,7 +53,7 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acqui
 	if err := l.Err(); err != nil {
 		t.Fatalf("%s: the lease returned is not held: %v", name, err)
 	}
-	hs, err := limiter.Holders(ctx, sem)
+	hs, err := holders(ctx, sem)
 	if err != nil || len(hs) != 1 || hs[0].ID != l.ID() {
 		t.Fatalf("%s: holders %+v (%v), want only the lease returned, %s: the late grant given back", name, hs, err, l.ID())
 	}
@@ -62,7 +62,7 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acqui
 	}
 	b.reset(t)
 	redistest.Eventually(t, 5*time.Second, "the permit given back", func() bool {
-		hs, err := limiter.Holders(ctx, sem)
+		hs, err := holders(ctx, sem)
 		return err == nil && len(hs) == 0
 	})
 	time.Sleep(300 * time.Millisecond)

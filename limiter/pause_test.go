@@ -7,6 +7,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A pause holds a semaphore's waiters in other processes, even as its
@@ -25,7 +26,7 @@ func TestPauseHoldsSemaphoreWaitersInEveryProcess(t *testing.T) {
 	redistest.Eventually(t, 20*time.Second, "the waiters queued", func() bool {
 		return rdb.ZCard(ctx, queueKey(name)).Val() == 2
 	})
-	left, err := clientFor(t, rdb).Inspector().Pause(ctx, name, 1500*time.Millisecond)
+	left, err := inspect.New(clientFor(t, rdb)).Pause(ctx, name, 1500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestUnpauseWakesTheWaiters(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	rdb := b.client(t)
 	mu, _ := newMutex(t, rdb, "unpaused")
-	insp := clientFor(t, rdb).Inspector()
+	insp := inspect.New(clientFor(t, rdb))
 	if _, err := insp.Pause(ctx, "unpaused", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestMaxWaitBoundsOneAcquire(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	rdb := b.client(t)
 	mu, _ := newMutex(t, rdb, "maxwait", limiter.AcquireTimeout(20*time.Second))
-	if _, err := clientFor(t, rdb).Inspector().Pause(ctx, "maxwait", time.Minute); err != nil {
+	if _, err := inspect.New(clientFor(t, rdb)).Pause(ctx, "maxwait", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

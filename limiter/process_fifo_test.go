@@ -234,7 +234,7 @@ func TestHeavyRequestNotStarvedAcrossProcesses(t *testing.T) {
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		}
 		redistest.Eventually(t, 20*time.Second, "the light requests flowing", func() bool {
-			hs, err := limiter.Holders(ctx, newSemaphoreOrFail(t, rdb, name, limit))
+			hs, err := holders(ctx, newSemaphoreOrFail(t, rdb, name, limit))
 			return err == nil && len(hs) > 0
 		})
 		sem := newSemaphoreOrFail(t, rdb, name, limit)
@@ -246,7 +246,7 @@ func TestHeavyRequestNotStarvedAcrossProcesses(t *testing.T) {
 		waited := time.Since(start)
 		_ = l.Release(ctx)
 		redistest.Eventually(t, 2*time.Second, "the light requests still flowing after the heavy one", func() bool {
-			hs, err := limiter.Holders(ctx, sem)
+			hs, err := holders(ctx, sem)
 			return err == nil && len(hs) > 0
 		})
 		if waited > time.Second { // without the queue: 9-10s, or never

@@ -156,7 +156,7 @@ func runProcesses(t *testing.T, b backend, own, maxWeight int64, id string, flee
 	if fleet > 0 {
 		limit = fleet
 		sem, _ := newSemaphore(t, b.client(t), name, own)
-		if err := limiter.SetLimit(ctxT(t, 5*time.Second), sem, fleet); err != nil {
+		if err := setLimit(ctxT(t, 5*time.Second), sem, fleet); err != nil {
 			t.Fatal(err)
 		}
 	}

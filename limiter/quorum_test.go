@@ -111,7 +111,7 @@ func TestRedlockBasics(t *testing.T) {
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("full: %v", err)
 	}
-	if n, err := limiter.Available(ctx, sem); err != nil || n != 0 {
+	if n, err := available(ctx, sem); err != nil || n != 0 {
 		t.Fatalf("Available %d, %v", n, err)
 	}
 	if err := a.Refresh(ctx); err != nil {

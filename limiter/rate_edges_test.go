@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 	"github.com/redsem/redsem/limiter/internal/scriptcall"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestTinyPauseDoesNotLiftOne(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 10*time.Second)
-	insp := clientFor(t, b.client(t)).Inspector()
+	insp := inspect.New(clientFor(t, b.client(t)))
 	if _, err := insp.Pause(ctx, "tiny", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestNoBurstAfterAPause(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	rl := newRate(t, b, "pause-end", limiter.Rate{Events: 10, Per: time.Second, Burst: 10})
-	left, err := clientFor(t, b.client(t)).Inspector().Pause(ctx, "pause-end", 300*time.Millisecond)
+	left, err := inspect.New(clientFor(t, b.client(t))).Pause(ctx, "pause-end", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestPausedWaitersDoNotPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redistest.Limiter(t, srv.Client(t)).Inspector().Pause(ctx, "paused-poll", 10*time.Second); err != nil {
+	if _, err := inspect.New(redistest.Limiter(t, srv.Client(t))).Pause(ctx, "paused-poll", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	wait, cancel := context.WithTimeout(ctx, 3500*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // pauseListeners counts the subscribers of the channel pauses are told
@@ -101,7 +102,7 @@ func TestPauseMovesHeldReservations(t *testing.T) {
 		}
 		rs, at := reserveAhead(t, rl, 5) // now, +100ms ... +400ms
 		awaitPauseListeners(t, rdb, 1)
-		left, err := clientFor(t, b.client(t)).Inspector().Pause(ctx, name, time.Second)
+		left, err := inspect.New(clientFor(t, b.client(t))).Pause(ctx, name, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func TestPausedReservationPastTheBoundIsBusy(t *testing.T) {
 	}
 	rs, at := reserveAhead(t, rl, 3)
 	awaitPauseListeners(t, rdb, 1)
-	if _, err := clientFor(t, b.client(t)).Inspector().Pause(ctx, name, 3*time.Second); err != nil {
+	if _, err := inspect.New(clientFor(t, b.client(t))).Pause(ctx, name, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	movedBy(t, rs, at, 3*time.Second)
@@ -201,7 +202,7 @@ func TestRingPauseMovesHeldReservations(t *testing.T) {
 		}
 		rs, at := reserveAhead(t, rl, 3)
 		awaitPauseListeners(t, r, 2)
-		left, err := pauser.Inspector().Pause(ctx, name, time.Second)
+		left, err := inspect.New(pauser).Pause(ctx, name, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +227,7 @@ func TestPauseHoldsReservationsOfEveryProcess(t *testing.T) {
 		return b.client(t).LLen(ctx, "events:{"+name+"}").Val() >= 5
 	})
 	pausedAt := time.Now()
-	left, err := clientFor(t, b.client(t)).Inspector().Pause(ctx, name, time.Second)
+	left, err := inspect.New(clientFor(t, b.client(t))).Pause(ctx, name, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestPauseWithNothingHeldStartsAtItsEnd(t *testing.T) {
 		if r, err := rl.ReserveN(ctx, 1); err != nil || r.Delay() > 0 {
 			t.Fatalf("first event: %v, %v; want now", r, err)
 		}
-		insp := clientFor(t, b.client(t)).Inspector()
+		insp := inspect.New(clientFor(t, b.client(t)))
 		for _, d := range []time.Duration{3 * time.Second, 4 * time.Second} {
 			if _, err := insp.Pause(ctx, name, d); err != nil {
 				t.Fatal(err)

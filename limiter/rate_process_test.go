@@ -15,6 +15,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // runRateChild waits for events of the rate REDSEM_RATE from
@@ -194,7 +195,7 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	redistest.Eventually(t, 5*time.Second, "events before the pause", func() bool {
 		return b.client(t).LLen(ctx, "events:{"+name+"}").Val() > 10
 	})
-	insp := clientFor(t, b.client(t)).Inspector()
+	insp := inspect.New(clientFor(t, b.client(t)))
 	pausedAt := time.Now()
 	left, err := insp.Pause(ctx, name, time.Second)
 	if err != nil {

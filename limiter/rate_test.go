@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 func newRate(t *testing.T, b backend, name string, r limiter.Rate, opts ...limiter.NameOption) *limiter.RateLimit {
@@ -175,7 +176,7 @@ func TestRateUsedOftenDoesNotAskTheServerAge(t *testing.T) {
 	if n := srv.CommandCalls(t)["info"]; n > 1 {
 		t.Errorf("%d INFO calls for 10 events 20 ms apart, want at most the first", n)
 	}
-	st, err := c.Inspector().Rate(ctx, "often")
+	st, err := inspect.New(c).Rate(ctx, "often")
 	if err != nil || st.Known || st.NextFree != 0 {
 		t.Errorf("Rate of a name whose burst refilled: %+v, %v; want not Known", st, err)
 	}
@@ -188,7 +189,7 @@ func TestSetRateIsFleetWide(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	own := limiter.Rate{Events: 100, Per: time.Second, Burst: 1}
 	rl := newRate(t, b, "fleet", own)
-	insp := redistest.Limiter(t, b.client(t)).Inspector()
+	insp := inspect.New(redistest.Limiter(t, b.client(t)))
 	slow := limiter.Rate{Events: 2, Per: time.Second, Burst: 1}
 	if err := insp.SetRate(ctx, "fleet", slow); err != nil {
 		t.Fatal(err)
@@ -244,7 +245,7 @@ func TestRateBadInput(t *testing.T) {
 	if err := rl.WaitN(ctx, 0); !errors.As(err, &ae) || ae.Arg != "n" {
 		t.Errorf("WaitN(0): %v, want an ArgumentError naming n", err)
 	}
-	if _, err := c.Inspector().Pause(ctx, "bad", 0); !errors.As(err, &ae) || ae.Arg != "d" {
+	if _, err := inspect.New(c).Pause(ctx, "bad", 0); !errors.As(err, &ae) || ae.Arg != "d" {
 		t.Errorf("Pause(0): %v, want an ArgumentError naming d", err)
 	}
 	var nodes []redis.UniversalClient

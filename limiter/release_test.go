@@ -24,7 +24,7 @@ func TestReleaseWithCancelledContext(t *testing.T) {
 		if err := l.Release(done); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := limiter.Available(ctx, sem); err != nil || n != 2 {
+		if n, err := available(ctx, sem); err != nil || n != 2 {
 			t.Fatalf("available %d, %v after Release with a cancelled ctx; want 2", n, err)
 		}
 	})

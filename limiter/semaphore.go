@@ -11,7 +11,7 @@ import (
 )
 
 // maxLimit keeps permit sums exact in Lua, whose numbers are doubles.
-const maxLimit = 1 << 40
+const maxLimit = store.MaxLimit
 
 // Semaphore is a counting semaphore shared by every process that uses the
 // same Redis and name: at most limit permits are held at once, granted in

@@ -62,7 +62,7 @@ func testTryAcquire(t *testing.T, b backend) {
 	if l1.ID() == l2.ID() || l1.Token() >= l2.Token() {
 		t.Fatalf("leases: %s/%d then %s/%d", l1.ID(), l1.Token(), l2.ID(), l2.Token())
 	}
-	if n, err := limiter.Available(ctx, sem); err != nil || n != 0 {
+	if n, err := available(ctx, sem); err != nil || n != 0 {
 		t.Fatalf("Available = %d, %v; want 0", n, err)
 	}
 	if err := l1.Release(ctx); err != nil {
@@ -79,7 +79,7 @@ func testTryAcquire(t *testing.T, b backend) {
 	if err := l1.Release(ctx); !errors.Is(err, limiter.ErrNotHeld) {
 		t.Fatalf("second Release: want ErrNotHeld, got %v", err)
 	}
-	hs, err := limiter.Holders(ctx, sem)
+	hs, err := holders(ctx, sem)
 	if err != nil || len(hs) != 1 || hs[0].ID != l2.ID() || hs[0].Token != l2.Token() {
 		t.Fatalf("Holders = %+v, %v", hs, err)
 	}
@@ -109,14 +109,14 @@ func testWeighted(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, _ := limiter.Holders(ctx, sem)
+	hs, _ := holders(ctx, sem)
 	if len(hs) != 2 {
 		t.Fatalf("one member per lease, whatever its weight: %+v", hs)
 	}
 	if err := big.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := limiter.Available(ctx, sem); n != 4 {
+	if n, _ := available(ctx, sem); n != 4 {
 		t.Fatalf("Available = %d, want 4", n)
 	}
 	_ = small.Release(ctx)
@@ -196,7 +196,7 @@ func testMixedTTLs(t *testing.T, b backend) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	hs, err := limiter.Holders(ctx, long)
+	hs, err := holders(ctx, long)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func testOneHolderPerID(t *testing.T, b backend) {
 	if _, err := other.TryAcquire(ctx, limiter.ID("task-42"), limiter.Weight(1)); !errors.As(err, &arg) || arg.Arg != "Weight" {
 		t.Fatalf("same id, other weight: %v, want an ArgumentError for Weight", err)
 	}
-	if n, _ := limiter.Available(ctx, sem); n != 1 {
+	if n, _ := available(ctx, sem); n != 1 {
 		t.Fatalf("available %d, want 1", n)
 	}
 	waited := make(chan *limiter.Lease, 1)
@@ -310,7 +310,7 @@ func testOneHolderPerID(t *testing.T, b backend) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := limiter.Available(ctx, sem); n != 3 {
+	if n, _ := available(ctx, sem); n != 3 {
 		t.Fatalf("available %d after release, want 3", n)
 	}
 }
@@ -329,14 +329,14 @@ func testSameIDKeepsTheHoldersExpiry(t *testing.T, b backend) {
 	if _, err := short.TryAcquire(ctx, limiter.ID(l.ID())); !errors.Is(err, limiter.ErrBusy) {
 		t.Fatalf("same id from another holder: %v, want ErrBusy", err)
 	}
-	hs, _ := limiter.Holders(ctx, long)
+	hs, _ := holders(ctx, long)
 	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
 		t.Fatalf("the expiry was shortened by a same-id attempt with a 1s TTL: %+v", hs)
 	}
 	if err := l.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hs, _ = limiter.Holders(ctx, long)
+	hs, _ = holders(ctx, long)
 	if len(hs) != 1 || hs[0].TTL < 9*time.Second {
 		t.Fatalf("the expiry was shortened: %+v", hs)
 	}
@@ -501,7 +501,7 @@ func testAcquireGivesUp(t *testing.T, b backend) {
 	if _, err := noTimeout.Acquire(cctx); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limiter.ErrTimeout) {
 		t.Fatalf("caller's deadline: want context.DeadlineExceeded, got %v", err)
 	}
-	hs, _ := limiter.Holders(ctx, sem)
+	hs, _ := holders(ctx, sem)
 	if len(hs) != 1 || hs[0].ID != held.ID() {
 		t.Fatalf("a failed Acquire left something held: %+v", hs)
 	}

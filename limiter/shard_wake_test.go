@@ -350,7 +350,7 @@ func acquireLater(t testing.TB, ctx context.Context, m *limiter.Semaphore) <-cha
 func waitQueued(t testing.TB, ctx context.Context, m *limiter.Semaphore) {
 	t.Helper()
 	redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
-		w, err := limiter.Waiters(ctx, m)
+		w, err := waiters(ctx, m)
 		return err == nil && len(w) == 1
 	})
 }

@@ -104,7 +104,7 @@ func TestTLSCore(t *testing.T) {
 	if err := r.l.Err(); !errors.Is(err, limiter.ErrNotHeld) {
 		t.Fatalf("lease after Close: Err() = %v, want ErrNotHeld (released)", err)
 	}
-	if n, err := limiter.Available(ctx, hs); err != nil || n != 1 {
+	if n, err := available(ctx, hs); err != nil || n != 1 {
 		t.Fatalf("Available after Close = %d, %v; want 1", n, err)
 	}
 	if err := holder.Close(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 func TestBadInput(t *testing.T) {
@@ -31,7 +32,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ins := clientFor(t, rdb).Inspector()
+	ins := inspect.New(clientFor(t, rdb))
 	valid := limiter.Ticket{Name: "n", ID: "x", Weight: 1, Token: 7}
 	withTicket := func(mod func(*limiter.Ticket)) func() error {
 		return func() error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // A queue entry whose record this version cannot read (an older one's
@@ -31,7 +32,7 @@ func TestWaiterRecordOfAnotherVersionIsDropped(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release with another version's waiter queued: %v", err)
 	}
-	if _, err := clientFor(t, rdb).Inspector().Waiters(ctx, "versions"); err != nil {
+	if _, err := inspect.New(clientFor(t, rdb)).Waiters(ctx, "versions"); err != nil {
 		t.Errorf("Inspector.Waiters: %v", err)
 	}
 	if _, err := m.TryAcquire(ctx); err != nil {
@@ -54,7 +55,7 @@ func TestWaiterRecordWithoutQuarantineIsRead(t *testing.T) {
 	exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
 	rdb.HSet(ctx, keyOf("prevversion", "state"), "?prev", "1:"+exp+":0:1:redsem:wake:prevclient", "seq", "7")
 	rdb.ZAdd(ctx, queueKey("prevversion"), redis.Z{Score: 7, Member: "prev"})
-	ws, err := clientFor(t, rdb).Inspector().Waiters(ctx, "prevversion")
+	ws, err := inspect.New(clientFor(t, rdb)).Waiters(ctx, "prevversion")
 	if err != nil || len(ws) != 1 || ws[0].ID != "prev" || ws[0].Why.Reason != limiter.ReasonFull {
 		t.Fatalf("Waiters with a previous version's waiter queued: %+v %v, want it, full", ws, err)
 	}
@@ -94,7 +95,7 @@ func TestWaitWhoseShardSubscriptionFailedGoesByThePlainChannel(t *testing.T) {
 		got <- err
 	}()
 	redistest.Eventually(t, 5*time.Second, "queued", func() bool {
-		ws, err := holder.Inspector().Waiters(ctx, "shardless")
+		ws, err := inspect.New(holder).Waiters(ctx, "shardless")
 		return err == nil && len(ws) == 1
 	})
 	start := time.Now()

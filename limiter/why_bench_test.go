@@ -10,6 +10,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // The ETA's error, measured: each sub-benchmark predicts grants (or a
@@ -67,7 +68,7 @@ func benchETALimit(b *testing.B) {
 	be := singleBackend(b)
 	for range b.N {
 		name := uniqueName(be, "etalimit")
-		in := clientFor(b, be.client(b)).Inspector()
+		in := inspect.New(clientFor(b, be.client(b)))
 		g := newGrants()
 		for range 3 {
 			startWhyChild(b, be, g, name, 3, 3, 300*time.Millisecond, 0, 300*time.Millisecond)
@@ -99,7 +100,7 @@ func benchETAPause(b *testing.B) {
 		g := newGrants()
 		for j := range 4 {
 			name := uniqueName(be, "etapause")
-			in := clientFor(b, be.client(b)).Inspector()
+			in := inspect.New(clientFor(b, be.client(b)))
 			if _, err := in.Pause(context.Background(), name, time.Second+time.Duration(j)*500*time.Millisecond); err != nil {
 				b.Fatal(err)
 			}
@@ -127,7 +128,7 @@ func benchETAQuarantine(b *testing.B) {
 		be := singleBackend(b)
 		const q = 4 * time.Second
 		name := uniqueName(be, "etaq")
-		in := clientFor(b, be.client(b), limiter.RestartQuarantine(q)).Inspector()
+		in := inspect.New(clientFor(b, be.client(b), limiter.RestartQuarantine(q)))
 		g := newGrants()
 		startWhyChild(b, be, g, name, 1, 1, time.Hour, q, 0)
 		startWhyChild(b, be, g, name, 1, 1, time.Hour, q, 0)
@@ -145,7 +146,7 @@ func benchETARate(b *testing.B) {
 	for range b.N {
 		name := uniqueName(be, "etarate")
 		c := clientFor(b, be.client(b))
-		in := c.Inspector()
+		in := inspect.New(c)
 		startRaters(b, be, name, "5/s", 2, 2, time.Now().Add(5*time.Second))
 		rl, err := c.RateLimit(name, limiter.Rate{Events: 5, Per: time.Second, Burst: 1})
 		if err != nil {
@@ -196,7 +197,7 @@ func BenchmarkWhy10000Waiters(b *testing.B) {
 			_, _ = sem.Acquire(ctx)
 		}()
 	}
-	in := c.Inspector()
+	in := inspect.New(c)
 	redistest.Eventually(b, 60*time.Second, "10,000 waiters", func() bool {
 		w, err := in.Why(ctx, name, "")
 		return err == nil && w.Ahead == n

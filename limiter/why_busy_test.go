@@ -8,6 +8,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // busyReason is the Reason of err, a *BusyError, or fails t.
@@ -28,7 +29,7 @@ func TestBusyReasonOfALoweredFleetLimit(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	c := clientFor(t, b.client(t))
-	in := c.Inspector()
+	in := inspect.New(c)
 	g := newGrants()
 
 	name := uniqueName(b, "busyfleet")
@@ -114,8 +115,8 @@ func TestWhyJudgesEachWaiterByItsOwnQuarantine(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	qName, pName := uniqueName(b, "ownq"), uniqueName(b, "ownp")
 	const q, pause = 8 * time.Second, 3 * time.Second
-	noQ := clientFor(t, srv.Client(t), limiter.RestartQuarantine(0)).Inspector()
-	longQ := clientFor(t, srv.Client(t), limiter.RestartQuarantine(3*q)).Inspector()
+	noQ := inspect.New(clientFor(t, srv.Client(t), limiter.RestartQuarantine(0)))
+	longQ := inspect.New(clientFor(t, srv.Client(t), limiter.RestartQuarantine(3*q)))
 	// The names had state before the restart, which forgot it.
 	for _, name := range []string{qName, pName} {
 		if _, err := noQ.Pause(ctx, name, time.Millisecond); err != nil {

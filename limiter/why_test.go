@@ -14,6 +14,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // runWhyChild acquires REDSEM_NAME (limit REDSEM_LIMIT) from REDSEM_N
@@ -118,9 +119,9 @@ func startWhyChild(t testing.TB, b backend, g *grants, name string, limit int64,
 func newGrants() *grants { return &grants{at: map[string]time.Time{}} }
 
 // waitersOf waits until name has n waiters and returns them.
-func waitersOf(t testing.TB, in *limiter.Inspector, name string, n int) []limiter.Waiter {
+func waitersOf(t testing.TB, in *inspect.Inspector, name string, n int) []inspect.Waiter {
 	t.Helper()
-	var ws []limiter.Waiter
+	var ws []inspect.Waiter
 	redistest.Eventually(t, 20*time.Second, fmt.Sprintf("%d waiters", n), func() bool {
 		var err error
 		ws, err = in.Waiters(context.Background(), name)
@@ -137,7 +138,7 @@ func TestWhyFullAndFleetLimitAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	name := uniqueName(b, "whyfull")
-	in := clientFor(t, b.client(t)).Inspector()
+	in := inspect.New(clientFor(t, b.client(t)))
 	g := newGrants()
 	startWhyChild(t, b, g, name, 2, 2, 0, 0, 0)
 	redistest.Eventually(t, 20*time.Second, "2 holders", func() bool {
@@ -196,7 +197,7 @@ func TestWhyPausedAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	name := uniqueName(b, "whypause")
-	in := clientFor(t, b.client(t)).Inspector()
+	in := inspect.New(clientFor(t, b.client(t)))
 	const pause = 3 * time.Second
 	if _, err := in.Pause(ctx, name, pause); err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestWhyQuarantineAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	name := uniqueName(b, "whyq")
 	const q = 6 * time.Second
-	in := clientFor(t, b.client(t), limiter.RestartQuarantine(q)).Inspector()
+	in := inspect.New(clientFor(t, b.client(t), limiter.RestartQuarantine(q)))
 	g := newGrants()
 	startWhyChild(t, b, g, name, 1, 1, time.Hour, q, 0)
 	startWhyChild(t, b, g, name, 1, 1, time.Hour, q, 0)
@@ -257,9 +258,9 @@ func TestWhyRateAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	name := uniqueName(b, "whyrate")
-	in := clientFor(t, b.client(t)).Inspector()
+	in := inspect.New(clientFor(t, b.client(t)))
 	startRaters(t, b, name, "2/s", 2, 2, time.Now().Add(3*time.Second))
-	var why limiter.Why
+	var why inspect.Why
 	redistest.Eventually(t, 10*time.Second, "a rate wait", func() bool {
 		var err error
 		why, err = in.Why(ctx, name, "")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/asynqmw"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // Adopt returns the worker-side middleware, which resumes leases with lc
@@ -155,11 +156,11 @@ func (a *adopter) adopt(ctx context.Context, ho handover) (*limiter.Lease, error
 	if !errors.Is(err, limiter.ErrNotHeld) {
 		return lease, err
 	}
-	holders, herr := a.lc.Inspector().Holders(ctx, ho.ticket.Name)
+	holders, herr := inspect.New(a.lc).Holders(ctx, ho.ticket.Name)
 	if herr != nil {
 		return nil, herr
 	}
-	if slices.ContainsFunc(holders, func(h limiter.Holder) bool { return h.ID == ho.ticket.ID }) {
+	if slices.ContainsFunc(holders, func(h inspect.Holder) bool { return h.ID == ho.ticket.ID }) {
 		return nil, errRunning
 	}
 	return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 	"github.com/redsem/redsem/scheduler"
 )
 
@@ -22,9 +23,9 @@ func TestHandoffToWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := scheduler.Job{Name: "export", TaskType: "export", TTL: 30 * time.Second}
-	in := e.lc.Inspector()
+	in := inspect.New(e.lc)
 	release := make(chan struct{})
-	held := make(chan []limiter.Holder, 1)
+	held := make(chan []inspect.Holder, 1)
 	tokens := make(chan int64, 1)
 	e.worker(t, func(ctx context.Context, task *asynq.Task) error {
 		hs, _ := in.Holders(ctx, "export")
@@ -138,7 +139,7 @@ func TestAbandonedHandlerReleasesOnReturn(t *testing.T) {
 	<-returned
 	back := time.Now()
 	redistest.Eventually(t, 10*time.Second, "the lock is released", func() bool {
-		n, _ := redistest.Available(ctx, e.lc.Inspector(), "zombie", 1)
+		n, _ := redistest.Available(ctx, inspect.New(e.lc), "zombie", 1)
 		return n == 1
 	})
 	if took := time.Since(back); took > 3*time.Second {

@@ -14,6 +14,7 @@ import (
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 func ptr(n int64) *int64 { return &n }
@@ -41,7 +42,7 @@ func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
 	a = f.hold(t, jobs, "a", 2)
 	b = f.hold(t, jobs, "b", 1)
 	api := f.sem(t, "api:github", 10)
-	if err := f.holder.Inspector().SetLimit(f.ctx(), api.Name(), 3); err != nil {
+	if err := inspect.New(f.holder).SetLimit(f.ctx(), api.Name(), 3); err != nil {
 		t.Fatal(err)
 	}
 	x = f.hold(t, api, "x", 1)
@@ -59,7 +60,7 @@ func twoSemaphores(t *testing.T, f *fixture) (a, b, x *limiter.Lease) {
 
 // queued fills "queued" (limit 3) with lease q (3 permits) and queues
 // three real waiting Acquires of 2, 1 and 3 permits, in this order.
-func queued(t *testing.T, f *fixture) (*limiter.Lease, []limiter.Waiter) {
+func queued(t *testing.T, f *fixture) (*limiter.Lease, []inspect.Waiter) {
 	t.Helper()
 	s := f.sem(t, "queued", 3, limiter.AcquireTimeout(0))
 	q := f.hold(t, s, "q", 3)
@@ -272,7 +273,7 @@ func TestLimit(t *testing.T) {
 	if _, err := jobs.TryAcquire(f.ctx()); !errors.Is(err, limiter.ErrBusy) {
 		t.Errorf("TryAcquire under fleet limit 2 with 3 in use: %v, want ErrBusy", err)
 	}
-	if hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs"); err != nil || len(hs) != 2 {
+	if hs, err := inspect.New(f.holder).Holders(f.ctx(), "jobs"); err != nil || len(hs) != 2 {
 		t.Errorf("holders after lowering the limit: %v, %v", hs, err)
 	}
 
@@ -335,7 +336,7 @@ func TestRelease(t *testing.T) {
 	if !strings.HasPrefix(out, want) || !strings.Contains(out, "next refresh") {
 		t.Errorf("release jobs a:\n%s\nwant it to start %q", out, want)
 	}
-	hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs")
+	hs, err := inspect.New(f.holder).Holders(f.ctx(), "jobs")
 	ids := map[string]bool{}
 	for _, h := range hs {
 		ids[h.ID] = true
@@ -373,7 +374,7 @@ func TestRelease(t *testing.T) {
 	if r.Name != "jobs" || r.Released.ID != "b" || r.Released.Weight != 1 || r.Released.Token != b.Token() {
 		t.Errorf("release -json jobs b:\n%s", out)
 	}
-	if hs, err := f.holder.Inspector().Holders(f.ctx(), "jobs"); err != nil || len(hs) != 0 {
+	if hs, err := inspect.New(f.holder).Holders(f.ctx(), "jobs"); err != nil || len(hs) != 0 {
 		t.Errorf("holders after release b: %+v, %v", hs, err)
 	}
 }
@@ -383,7 +384,7 @@ func TestRelease(t *testing.T) {
 func TestLimitClearWakesWaiters(t *testing.T) {
 	f := newFixture(t)
 	jobs := f.sem(t, "jobs", 3, limiter.AcquireTimeout(0))
-	if err := f.holder.Inspector().SetLimit(f.ctx(), "jobs", 1); err != nil {
+	if err := inspect.New(f.holder).SetLimit(f.ctx(), "jobs", 1); err != nil {
 		t.Fatal(err)
 	}
 	f.hold(t, jobs, "a", 1)
@@ -394,7 +395,7 @@ func TestLimitClearWakesWaiters(t *testing.T) {
 		}
 	}()
 	redistest.Eventually(t, 5*time.Second, "a waiter in the queue", func() bool {
-		ws, err := f.holder.Inspector().Waiters(f.ctx(), "jobs")
+		ws, err := inspect.New(f.holder).Waiters(f.ctx(), "jobs")
 		return err == nil && len(ws) == 1
 	})
 	f.run(t, func(w *bytes.Buffer) error { return setLimit(f.ctx(), w, f.cli, "jobs", 0, false) })
@@ -425,7 +426,7 @@ func TestWhy(t *testing.T) {
 	if r.Name != "queued" || r.ID != "" || r.Reason != "full" || r.Ahead != 3 || r.AheadPermits != 6 || r.InUse != 3 || r.Limit != 3 || r.ETAms == nil || !r.Estimated {
 		t.Fatalf("why -json queued (a request made now): %+v\n%s", r, out)
 	}
-	if _, err := f.cli.Inspector().Pause(f.ctx(), "queued", time.Minute); err != nil {
+	if _, err := inspect.New(f.cli).Pause(f.ctx(), "queued", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	out = f.run(t, func(w *bytes.Buffer) error { return why(f.ctx(), w, f.cli, "queued", ws[0].ID, false) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // testPrefix is not the default, so every test also proves that -prefix
@@ -57,7 +58,7 @@ func (f *fixture) sem(t *testing.T, name string, limit int64, opts ...limiter.Na
 // reads it: the fleet-wide limit (fleet true) when one is set, else s's
 // own.
 func (f *fixture) effectiveLimit(s *limiter.Semaphore) (limit int64, fleet bool, err error) {
-	n, err := f.holder.Inspector().Limit(f.ctx(), s.Name())
+	n, err := inspect.New(f.holder).Limit(f.ctx(), s.Name())
 	if err != nil || n == 0 {
 		return s.Limit(), false, err
 	}
@@ -71,7 +72,7 @@ func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int
 	if err != nil {
 		t.Fatalf("acquire %s/%s: %v", s.Name(), id, err)
 	}
-	f.recorded(t, s.Name(), func(u limiter.InUse) bool { return len(u.Limits) > 0 })
+	f.recorded(t, s.Name(), func(u inspect.InUse) bool { return len(u.Limits) > 0 })
 	return l
 }
 
@@ -79,10 +80,10 @@ func (f *fixture) hold(t *testing.T, s *limiter.Semaphore, id string, weight int
 // (within ~1s of its first use) satisfies has, so that the output does
 // not depend on the moment a command reads it: a name used as a
 // semaphore and then as a rate limit has its limit recorded first.
-func (f *fixture) recorded(t *testing.T, name string, has func(limiter.InUse) bool) {
+func (f *fixture) recorded(t *testing.T, name string, has func(inspect.InUse) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if u, err := f.holder.Inspector().InUse(f.ctx(), name); err == nil && has(u) {
+		if u, err := inspect.New(f.holder).InUse(f.ctx(), name); err == nil && has(u) {
 			return
 		}
 	}
@@ -103,17 +104,17 @@ func (f *fixture) run(t *testing.T, fn func(w *bytes.Buffer) error) string {
 // AcquireTimeout(0)) for each weight, each once the one before it is in
 // the queue, so they queue in this order; it returns the queue as the
 // limiter reads it. They wait until the test ends.
-func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weights ...int64) []limiter.Waiter {
+func (f *fixture) queue(t *testing.T, s *limiter.Semaphore, weights ...int64) []inspect.Waiter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() }) // before the Clients close
-	in := f.holder.Inspector()
+	in := inspect.New(f.holder)
 	before, err := in.Waiters(f.ctx(), s.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ws []limiter.Waiter
+	var ws []inspect.Waiter
 	for i, w := range weights {
 		wg.Add(1)
 		go func() {

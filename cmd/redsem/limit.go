@@ -7,6 +7,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // limitInfo is what limit NAME prints with -json.
@@ -29,7 +30,7 @@ type setLimitResult struct {
 // readLimit prints the limit that name's grants obey when it is a fleet
 // limit, and "-" when none is set.
 func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	r, err := readLimitInfo(ctx, c.Inspector(), name)
+	r, err := readLimitInfo(ctx, inspect.New(c), name)
 	if err != nil {
 		return err
 	}
@@ -44,7 +45,7 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 	return err
 }
 
-func readLimitInfo(ctx context.Context, in *limiter.Inspector, name string) (limitInfo, error) {
+func readLimitInfo(ctx context.Context, in *inspect.Inspector, name string) (limitInfo, error) {
 	l, err := namestate.FleetLimit(ctx, in, name)
 	return limitInfo{Name: name, FleetLimit: l, Fleet: l != nil}, err
 }
@@ -54,7 +55,7 @@ func readLimitInfo(ctx context.Context, in *limiter.Inspector, name string) (lim
 // Holders are never evicted: above the new limit, new grants wait until
 // the permits in use fit.
 func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, n int64, asJSON bool) error {
-	in := c.Inspector()
+	in := inspect.New(c)
 	previous, err := namestate.FleetLimit(ctx, in, name)
 	if err != nil {
 		return err

@@ -8,13 +8,14 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // ls lists the semaphores and rate limits under the Client's prefix whose
 // names match the glob pattern ("" = all), sorted by name, a semaphore
 // before the rate limit of the same name.
 func ls(ctx context.Context, w io.Writer, c *limiter.Client, pattern string, asJSON bool) error {
-	entries, err := namestate.List(ctx, c.Inspector(), pattern)
+	entries, err := namestate.List(ctx, inspect.New(c), pattern)
 	if err != nil {
 		return err
 	}

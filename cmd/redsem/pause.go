@@ -9,6 +9,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // pauseResult is what pause prints with -json.
@@ -54,7 +55,7 @@ func unpauseCommand(args []string) (action, error) {
 // says how long it is paused for: longer than d when a longer pause
 // stands, which pause never shortens.
 func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d time.Duration, asJSON bool) error {
-	left, err := c.Inspector().Pause(ctx, name, d)
+	left, err := inspect.New(c).Pause(ctx, name, d)
 	if errors.Is(err, limiter.ErrInvalidArgument) { // above the limiter's longest pause
 		return usagef("pause: DURATION %v: %v", d, err)
 	}
@@ -75,7 +76,7 @@ func pause(ctx context.Context, w io.Writer, c *limiter.Client, name string, d t
 
 // unpause lifts name's pause and says how long it had left.
 func unpause(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	in := c.Inspector()
+	in := inspect.New(c)
 	before, _, err := namestate.ReadRate(ctx, in, name)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 func TestPause(t *testing.T) {
@@ -42,7 +43,7 @@ func TestPause(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.AskedMs != 10000 || !msIn(&r.PausedMs, 40*time.Second, 45*time.Second) {
 		t.Errorf("pause -json api 10s under a pause of 45s (%v):\n%s", err, out)
 	}
-	if s, err := f.holder.Inspector().Rate(f.ctx(), "api"); err != nil || s.Paused <= 40*time.Second || s.Paused > 45*time.Second {
+	if s, err := inspect.New(f.holder).Rate(f.ctx(), "api"); err != nil || s.Paused <= 40*time.Second || s.Paused > 45*time.Second {
 		t.Errorf("the limiter sees a pause of %v (%v), want the 45s one", s.Paused, err)
 	}
 
@@ -53,7 +54,7 @@ func TestPause(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "DURATION 48h0m0s") {
 		t.Errorf("pause other 48h: %v, want a usage error naming DURATION", err)
 	}
-	if s, err := f.holder.Inspector().Rate(f.ctx(), "other"); err != nil || s.Paused != 0 {
+	if s, err := inspect.New(f.holder).Rate(f.ctx(), "other"); err != nil || s.Paused != 0 {
 		t.Errorf("pause other 48h paused it for %v (%v)", s.Paused, err)
 	}
 }
@@ -61,7 +62,7 @@ func TestPause(t *testing.T) {
 func TestUnpause(t *testing.T) {
 	f := newFixture(t)
 	rl := f.rateLimit(t, "api", limiter.Rate{Events: 100, Per: time.Second, Burst: 10})
-	if _, err := f.holder.Inspector().Pause(f.ctx(), "api", 30*time.Second); err != nil {
+	if _, err := inspect.New(f.holder).Pause(f.ctx(), "api", 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	unpauseIt := func(asJSON bool) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // rateInfo is what rate NAME prints with -json.
@@ -84,7 +85,7 @@ func parseRateArgs(args []string) (limiter.Rate, error) {
 // readRateCmd prints name's fleet rate, "-" when none is set, and its
 // pause.
 func readRateCmd(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	r, err := readRateInfo(ctx, c.Inspector(), name)
+	r, err := readRateInfo(ctx, inspect.New(c), name)
 	if err != nil {
 		return err
 	}
@@ -102,7 +103,7 @@ func readRateCmd(ctx context.Context, w io.Writer, c *limiter.Client, name strin
 	return err
 }
 
-func readRateInfo(ctx context.Context, in *limiter.Inspector, name string) (rateInfo, error) {
+func readRateInfo(ctx context.Context, in *inspect.Inspector, name string) (rateInfo, error) {
 	v, _, err := namestate.ReadRate(ctx, in, name)
 	return rateInfo{Name: name, Rate: v, Fleet: v.FleetRate != nil}, err
 }
@@ -111,7 +112,7 @@ func readRateInfo(ctx context.Context, in *limiter.Inspector, name string) (rate
 // reads it back and says what it replaced. Events reserved already keep
 // their times.
 func setRate(ctx context.Context, w io.Writer, c *limiter.Client, name string, r limiter.Rate, asJSON bool) error {
-	in := c.Inspector()
+	in := inspect.New(c)
 	before, err := readRateInfo(ctx, in, name)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // ownRate is the rate the application's code gives its rate limits in
@@ -103,7 +104,7 @@ func TestRate(t *testing.T) {
 	if out := set(limiter.Rate{}, false); out != "api: fleet rate cleared (was 60/1m0s burst 1): each process uses its own rate again\n" {
 		t.Errorf("rate api off:\n%s", out)
 	}
-	if s, err := f.holder.Inspector().Rate(f.ctx(), "api"); err != nil || s.Fleet != (limiter.Rate{}) {
+	if s, err := inspect.New(f.holder).Rate(f.ctx(), "api"); err != nil || s.Fleet != (limiter.Rate{}) {
 		t.Errorf("after rate api off: fleet rate %v, %v; want none", s.Fleet, err)
 	}
 	out = read(true)
@@ -112,7 +113,7 @@ func TestRate(t *testing.T) {
 	}
 
 	// A pause shows under the rate.
-	if _, err := f.holder.Inspector().Pause(f.ctx(), "api", time.Minute); err != nil {
+	if _, err := inspect.New(f.holder).Pause(f.ctx(), "api", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	out = read(false)

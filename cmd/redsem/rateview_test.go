@@ -13,6 +13,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // rates sets up rate limits beside semaphores:
@@ -24,7 +25,7 @@ import (
 //   - jobs, a semaphore (lease a) paused for 1m: the pause is per name.
 func rates(t *testing.T, f *fixture) {
 	t.Helper()
-	in := f.holder.Inspector()
+	in := inspect.New(f.holder)
 	f.hold(t, f.sem(t, "api:github", 10), "x", 1)
 	f.hold(t, f.sem(t, "jobs", 5), "a", 1)
 	for name, fleet := range map[string]limiter.Rate{
@@ -38,7 +39,7 @@ func rates(t *testing.T, f *fixture) {
 		if !f.allow(t, f.rateLimit(t, name, ownRate)) {
 			t.Fatalf("the first event of %s was refused", name)
 		}
-		f.recorded(t, name, func(u limiter.InUse) bool { return len(u.Rates) > 0 })
+		f.recorded(t, name, func(u inspect.InUse) bool { return len(u.Rates) > 0 })
 	}
 	for name, d := range map[string]time.Duration{"mail": 30 * time.Second, "jobs": time.Minute} {
 		if _, err := in.Pause(f.ctx(), name, d); err != nil {
@@ -189,8 +190,8 @@ func TestShowRate(t *testing.T) {
 // counts down.
 func TestWatchRate(t *testing.T) {
 	f := newFixture(t)
-	in := f.holder.Inspector()
-	ctx, cancel := context.WithTimeout(f.ctx(), 800*time.Millisecond)
+	in := inspect.New(f.holder)
+	ctx, cancel := context.WithCancel(f.ctx()) // once the last step is seen
 	defer cancel()
 	var text, js bytes.Buffer
 	var wg sync.WaitGroup
@@ -221,6 +222,8 @@ func TestWatchRate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	time.Sleep(500 * time.Millisecond) // 25 polls: the last step is printed
+	cancel()
 	wg.Wait()
 
 	const (
@@ -259,7 +262,7 @@ func TestWatchRate(t *testing.T) {
 // The times left round up: a pause with 300µs to go is not "-", nor the
 // next event "now".
 func TestRateViewRoundsUp(t *testing.T) {
-	v := namestate.RateOf(limiter.RateState{Fleet: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, NextFree: 300 * time.Microsecond, Paused: 200 * time.Microsecond, Known: true})
+	v := namestate.RateOf(inspect.RateState{Fleet: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}, NextFree: 300 * time.Microsecond, Paused: 200 * time.Microsecond, Known: true})
 	if v.PausedMs != 1 || v.NextFreeMs == nil || *v.NextFreeMs != 1 {
 		t.Errorf("namestate.RateOf: paused %dms, next free %v; want 1ms each", v.PausedMs, v.NextFreeMs)
 	}
@@ -279,7 +282,7 @@ func TestShowLearnedRate(t *testing.T) {
 	if _, err := rl.Allow(f.ctx()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.holder.Inspector().Overload(f.ctx(), "learn", 0); err != nil {
+	if _, err := inspect.New(f.holder).Overload(f.ctx(), "learn", 0); err != nil {
 		t.Fatal(err)
 	}
 	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", false) })

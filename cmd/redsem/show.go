@@ -8,13 +8,14 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // show prints a semaphore's fleet limit, permits in use, holders and wait
 // queue, and the fleet rate, next free time and pause of the rate limit of
 // the same name when it has any.
 func show(ctx context.Context, w io.Writer, c *limiter.Client, name string, asJSON bool) error {
-	st, err := namestate.Read(ctx, c.Inspector(), name)
+	st, err := namestate.Read(ctx, inspect.New(c), name)
 	if err != nil {
 		return err
 	}

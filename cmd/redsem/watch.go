@@ -14,6 +14,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // watchOptions say how watch polls and prints.
@@ -99,7 +100,7 @@ func watch(ctx context.Context, w io.Writer, c *limiter.Client, name string, o w
 func poll(ctx context.Context, c *limiter.Client, name string, timeout time.Duration) (namestate.State, error) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := namestate.Read(pctx, c.Inspector(), name)
+	st, err := namestate.Read(pctx, inspect.New(c), name)
 	return st, withTimeout(pctx, err, timeout)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // TestWatch runs three watches of "jobs" (limit 1) for 1.5 s, piped
@@ -33,7 +34,7 @@ func TestWatch(t *testing.T) {
 	if l, err := jobs.TryAcquire(f.ctx()); err != nil || l.Release(f.ctx()) != nil {
 		t.Fatal(err)
 	}
-	f.recorded(t, "jobs", func(u limiter.InUse) bool { return len(u.Limits) > 0 })
+	f.recorded(t, "jobs", func(u inspect.InUse) bool { return len(u.Limits) > 0 })
 	ctx, cancel := context.WithTimeout(f.ctx(), 1500*time.Millisecond) // after the record's wait
 	defer cancel()
 	start := time.Now()

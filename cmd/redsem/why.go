@@ -7,6 +7,7 @@ import (
 
 	"github.com/redsem/redsem/internal/namestate"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // whyResult is what why prints with -json: the waiter's id ("" for a
@@ -22,7 +23,7 @@ type whyResult struct {
 // why prints why the waiter id of name waits and when it should be
 // granted; with id "", why a request of weight 1 made now would.
 func why(ctx context.Context, w io.Writer, c *limiter.Client, name, id string, asJSON bool) error {
-	y, err := c.Inspector().Why(ctx, name, id)
+	y, err := inspect.New(c).Why(ctx, name, id)
 	if err != nil {
 		return err
 	}

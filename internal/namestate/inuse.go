@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // LimitInUse is a Semaphore limit that Processes processes' Clients
@@ -23,7 +23,7 @@ type RateInUse struct {
 
 // LimitsOf and RatesOf are u's values as State lists them: empty, never
 // null, when none is recorded.
-func LimitsOf(u limiter.InUse) []LimitInUse {
+func LimitsOf(u inspect.InUse) []LimitInUse {
 	out := make([]LimitInUse, 0, len(u.Limits))
 	for _, l := range u.Limits {
 		out = append(out, LimitInUse(l))
@@ -31,7 +31,7 @@ func LimitsOf(u limiter.InUse) []LimitInUse {
 	return out
 }
 
-func RatesOf(u limiter.InUse) []RateInUse {
+func RatesOf(u inspect.InUse) []RateInUse {
 	out := make([]RateInUse, 0, len(u.Rates))
 	for _, r := range u.Rates {
 		out = append(out, RateInUse{RateJSON: *RateJSONOf(r.Rate), Processes: r.Processes})

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // The kinds of what List lists: a name may be both, in two entries.
@@ -43,7 +43,7 @@ const Parallel = 16
 // pattern ("" = all; as Inspector.Names), sorted by name, a semaphore
 // before the rate limit of the same name. Errors are the Inspector's;
 // the first (in names' order) wins.
-func List(ctx context.Context, in *limiter.Inspector, pattern string) ([]Entry, error) {
+func List(ctx context.Context, in *inspect.Inspector, pattern string) ([]Entry, error) {
 	sems, err := in.Names(ctx, pattern)
 	if err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func List(ctx context.Context, in *limiter.Inspector, pattern string) ([]Entry, 
 	return entries, nil
 }
 
-func semEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, error) {
+func semEntry(ctx context.Context, in *inspect.Inspector, name string) (Entry, error) {
 	st, err := Read(ctx, in, name)
 	e := Entry{Name: name, Kind: KindSemaphore, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: []RateInUse{},
 		InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters)}
@@ -79,7 +79,7 @@ func semEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, e
 	return e, err
 }
 
-func rateEntry(ctx context.Context, in *limiter.Inspector, name string) (Entry, error) {
+func rateEntry(ctx context.Context, in *inspect.Inspector, name string) (Entry, error) {
 	e := Entry{Name: name, Kind: KindRate, Limits: []LimitInUse{}, Rates: []RateInUse{}}
 	u, err := in.InUse(ctx, name)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // RateJSON is a rate in JSON: Per as time.ParseDuration reads it, so that
@@ -46,7 +47,7 @@ type Learned struct {
 }
 
 // LearnedOf is l as show writes it (nil for nil).
-func LearnedOf(l *limiter.Learned) *Learned {
+func LearnedOf(l *inspect.Learned) *Learned {
 	if l == nil {
 		return nil
 	}
@@ -72,7 +73,7 @@ func LearnedText(l *Learned, ago func(int64) string) string {
 // ReadRate reads name's rate state; has says whether there is any: a
 // fleet rate, reservations, or a pause (the pause is per name, so a
 // semaphore's name may have one). Errors are Inspector.Rate's.
-func ReadRate(ctx context.Context, in *limiter.Inspector, name string) (v Rate, has bool, err error) {
+func ReadRate(ctx context.Context, in *inspect.Inspector, name string) (v Rate, has bool, err error) {
 	s, err := in.Rate(ctx, name)
 	if err != nil {
 		return Rate{}, false, err
@@ -81,7 +82,7 @@ func ReadRate(ctx context.Context, in *limiter.Inspector, name string) (v Rate, 
 }
 
 // RateOf is s as Rate shows it.
-func RateOf(s limiter.RateState) Rate {
+func RateOf(s inspect.RateState) Rate {
 	v := Rate{PausedMs: CeilMs(s.Paused)}
 	v.Learned = LearnedOf(s.Learned)
 	if s.Fleet.Events > 0 {

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // anyLimit is the largest limit the limiter accepts (2^40).
@@ -46,11 +47,11 @@ func Release(ctx context.Context, c *limiter.Client, name, id string) (Holder, e
 	if err != nil {
 		return Holder{}, err
 	}
-	hs, err := c.Inspector().Holders(ctx, name)
+	hs, err := inspect.New(c).Holders(ctx, name)
 	if err != nil {
 		return Holder{}, err
 	}
-	i := slices.IndexFunc(hs, func(h limiter.Holder) bool { return h.ID == id })
+	i := slices.IndexFunc(hs, func(h inspect.Holder) bool { return h.ID == id })
 	if i < 0 {
 		return Holder{}, &NoLeaseError{Name: name, ID: id, Holders: len(hs)}
 	}

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // State is one name as Redis sees it, a semaphore and the rate limit of
@@ -56,7 +56,7 @@ type Waiter struct {
 	Why    Why    `json:"why"`    // why it waits and when it should be granted
 }
 
-// Why is why a request waits (limiter.Why).
+// Why is why a request waits (inspect.Why).
 type Why struct {
 	Reason       string `json:"reason"` // limiter.Reason: "" (about to be granted), full, fleet-limit, paused, quarantine, rate
 	Ahead        int    `json:"ahead"`  // waiters ahead of it
@@ -69,7 +69,7 @@ type Why struct {
 }
 
 // WhyOf is w in JSON's terms.
-func WhyOf(w limiter.Why) Why {
+func WhyOf(w inspect.Why) Why {
 	out := Why{Reason: string(w.Reason), Ahead: w.Ahead, AheadPermits: w.AheadPermits, Estimated: w.Estimated}
 	if w.ETA >= 0 {
 		ms := w.ETA.Milliseconds()
@@ -97,7 +97,7 @@ const readTries = 3
 // so when the queue is the same on both sides of the holders no waiter
 // listed was granted while they were read. The rate state is read last,
 // apart: it is another key, which no grant changes.
-func Read(ctx context.Context, in *limiter.Inspector, name string) (State, error) {
+func Read(ctx context.Context, in *inspect.Inspector, name string) (State, error) {
 	st, err := ReadWith(ctx, in, name)
 	if err != nil {
 		return st, err
@@ -109,11 +109,11 @@ func Read(ctx context.Context, in *limiter.Inspector, name string) (State, error
 	return st, err
 }
 
-// Reader is what Read reads of a *limiter.Inspector.
+// Reader is what Read reads of a *inspect.Inspector.
 type Reader interface {
-	InUse(ctx context.Context, name string) (limiter.InUse, error)
-	Waiters(ctx context.Context, name string) ([]limiter.Waiter, error)
-	Holders(ctx context.Context, name string) ([]limiter.Holder, error)
+	InUse(ctx context.Context, name string) (inspect.InUse, error)
+	Waiters(ctx context.Context, name string) ([]inspect.Waiter, error)
+	Holders(ctx context.Context, name string) ([]inspect.Holder, error)
 }
 
 // ReadWith is Read without the rate state, from any Reader.
@@ -131,7 +131,7 @@ func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
 	if err != nil {
 		return st, err
 	}
-	var hs []limiter.Holder
+	var hs []inspect.Holder
 	for range readTries {
 		if hs, err = r.Holders(ctx, name); err != nil {
 			return st, err
@@ -140,7 +140,7 @@ func ReadWith(ctx context.Context, r Reader, name string) (State, error) {
 		if err != nil {
 			return st, err
 		}
-		same := slices.EqualFunc(ws, after, func(a, b limiter.Waiter) bool { return a.ID == b.ID })
+		same := slices.EqualFunc(ws, after, func(a, b inspect.Waiter) bool { return a.ID == b.ID })
 		ws = after
 		if same {
 			break
@@ -167,7 +167,7 @@ func FleetLimit(ctx context.Context, r interface {
 
 // HoldersOf lists hs oldest grant (lowest fencing token) first, and the
 // permits they hold.
-func HoldersOf(hs []limiter.Holder) (infos []Holder, inUse int64) {
+func HoldersOf(hs []inspect.Holder) (infos []Holder, inUse int64) {
 	infos = make([]Holder, 0, len(hs))
 	for _, h := range hs {
 		inUse += h.Weight
@@ -178,7 +178,7 @@ func HoldersOf(hs []limiter.Holder) (infos []Holder, inUse int64) {
 }
 
 // HolderOf is h as State lists it.
-func HolderOf(h limiter.Holder) Holder {
+func HolderOf(h inspect.Holder) Holder {
 	return Holder{ID: h.ID, Weight: h.Weight, Token: h.Token, TTLms: h.TTL.Milliseconds()}
 }
 

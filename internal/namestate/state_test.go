@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // grantingSem is a reader (an Inspector) of a semaphore whose first
@@ -23,24 +23,24 @@ func (g *grantingSem) check(name string) {
 	}
 }
 
-func (g *grantingSem) InUse(_ context.Context, name string) (limiter.InUse, error) {
+func (g *grantingSem) InUse(_ context.Context, name string) (inspect.InUse, error) {
 	g.check(name)
-	return limiter.InUse{}, nil
+	return inspect.InUse{}, nil
 }
 
-func (g *grantingSem) Waiters(_ context.Context, name string) ([]limiter.Waiter, error) {
+func (g *grantingSem) Waiters(_ context.Context, name string) ([]inspect.Waiter, error) {
 	g.check(name)
 	g.queueReads++
 	if g.queueReads == 1 { // before the grant
-		return []limiter.Waiter{{ID: "w", Weight: 1, TTL: time.Second}, {ID: "v", Weight: 1, TTL: time.Second}}, nil
+		return []inspect.Waiter{{ID: "w", Weight: 1, TTL: time.Second}, {ID: "v", Weight: 1, TTL: time.Second}}, nil
 	}
-	return []limiter.Waiter{{ID: "v", Weight: 1, TTL: time.Second}}, nil
+	return []inspect.Waiter{{ID: "v", Weight: 1, TTL: time.Second}}, nil
 }
 
-func (g *grantingSem) Holders(_ context.Context, name string) ([]limiter.Holder, error) {
+func (g *grantingSem) Holders(_ context.Context, name string) ([]inspect.Holder, error) {
 	g.check(name)
 	g.holderReads++
-	return []limiter.Holder{{ID: "w", Weight: 1, Token: 7, TTL: time.Second}}, nil
+	return []inspect.Holder{{ID: "w", Weight: 1, Token: 7, TTL: time.Second}}, nil
 }
 
 // A waiter granted while Read reads shows as a holder only, not also

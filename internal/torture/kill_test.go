@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/redsem/redsem/internal/redistest"
-	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 )
 
 // inspector returns the parent's own Inspector of a single node, to watch
 // what Redis holds.
-func inspector(t *testing.T, srv *redistest.Server) *limiter.Inspector {
+func inspector(t *testing.T, srv *redistest.Server) *inspect.Inspector {
 	t.Helper()
-	return redistest.Limiter(t, srv.Client(t)).Inspector()
+	return inspect.New(redistest.Limiter(t, srv.Client(t)))
 }
 
 // A worker killed -9 mid-hold: its permits come back when its leases'
@@ -47,7 +47,7 @@ func clientOf(id string) string { return id[:strings.LastIndexByte(id, '.')+1] }
 // Client is left in the semaphore name, and says how long each took. The goal for leases is
 // their TTL and a second; it is printed, not asserted (timing claims
 // belong in benchmarks), but a lease that never goes fails the test.
-func permitsBack(t *testing.T, ins *limiter.Inspector, name, dead string) string {
+func permitsBack(t *testing.T, ins *inspect.Inspector, name, dead string) string {
 	t.Helper()
 	start := time.Now()
 	var leases, waiters time.Duration
@@ -88,7 +88,7 @@ func permitsBack(t *testing.T, ins *limiter.Inspector, name, dead string) string
 		held, leases.Round(10*time.Millisecond), longestTTL+time.Second, verdict, waiters.Round(10*time.Millisecond))
 }
 
-func anyWaiter(ws []limiter.Waiter, client string) bool {
+func anyWaiter(ws []inspect.Waiter, client string) bool {
 	for _, w := range ws {
 		if strings.HasPrefix(w.ID, client) {
 			return true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redsem/redsem/internal/redistest"
 	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
 	"github.com/redsem/redsem/limiter/limiterprom"
 )
 
@@ -51,7 +52,7 @@ func TestCollectorCountsWhatTheClientDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Inspector().Pause(ctx, "metered", time.Second); err != nil {
+	if _, err := inspect.New(c).Pause(ctx, "metered", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if held != 1 {

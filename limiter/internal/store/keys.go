@@ -30,6 +30,10 @@ var (
 )
 
 // stateSuffix ends the state key, which every used semaphore has.
+// MaxLimit bounds a limit, a weight and a rate's events: it keeps permit
+// sums exact in Lua, whose numbers are doubles.
+const MaxLimit = 1 << 40
+
 const stateSuffix = "}:state"
 
 // NewKeyspace returns the keys of the semaphore name under prefix.

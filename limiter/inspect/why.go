@@ -1,4 +1,4 @@
-package limiter
+package inspect
 
 import (
 	"container/heap"
@@ -8,37 +8,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/bridge"
 	"github.com/redsem/redsem/limiter/internal/store"
-)
-
-// Reason is why a request waits, as Inspector.Why and Waiters say and
-// BusyError.Reason reports.
-type Reason string
-
-const (
-	// ReasonNone: nothing holds the request back; its next attempt (or a
-	// release's direct grant, on its way) is granted.
-	ReasonNone Reason = ""
-	// ReasonFull: the limit is full: the permits in use and those of the
-	// waiters ahead leave no room for it.
-	ReasonFull Reason = "full"
-	// ReasonFleetLimit: a fleet limit, set (SetLimit) or learned
-	// (Adaptive), below its Semaphore's own limit keeps it out; under its
-	// own limit it would be granted.
-	ReasonFleetLimit Reason = "fleet-limit"
-	// ReasonPaused: the name is paused (Pause) until its end.
-	ReasonPaused Reason = "paused"
-	// ReasonQuarantine: Redis restarted and grants nothing on the name
-	// until the restart quarantine ends: the waiter's own, its Client's
-	// RestartQuarantine (a new request's: the asking Client's).
-	ReasonQuarantine Reason = "quarantine"
-	// ReasonRate: the name's rate has no slot before its next one.
-	ReasonRate Reason = "rate"
 )
 
 // Why is why a request waits and when it should be granted.
 type Why struct {
-	Reason Reason
+	Reason limiter.Reason
 	// Ahead is how many live waiters are ahead of it in the queue, and
 	// AheadPermits the permits they ask for.
 	Ahead        int
@@ -61,7 +38,7 @@ type Why struct {
 // name and when it should be granted; with id "", why a request of weight
 // 1 made now would wait (behind every waiter, under the limit of the
 // name's last grant, and, when the name is also a RateLimit's, for its
-// next slot), ReasonNone when it would not. One script call reads the
+// next slot), limiter.ReasonNone when it would not. One script call reads the
 // holders, the whole queue up to id, the pause and the quarantine at one
 // instant (about 40ms for 10,000 waiters ahead), plus one for the rate
 // when id is "". Each waiter is judged by its own Client's
@@ -86,7 +63,7 @@ func (i *Inspector) Why(ctx context.Context, name, id string) (Why, error) {
 	}
 	ws := explain(st)
 	if len(st.Waiters) == 0 || st.Waiters[len(st.Waiters)-1].ID != id {
-		return Why{}, argError("id", id, fmt.Sprintf("not waiting for %q", name))
+		return Why{}, bridge.ArgError("id", id, fmt.Sprintf("not waiting for %q", name))
 	}
 	return ws[len(ws)-1], nil
 }
@@ -96,13 +73,13 @@ const allWaiters = 1 << 30
 
 // whyState reads name's state for Why, at most max waiters (or up to wait).
 func (i *Inspector) whyState(ctx context.Context, k store.Keyspace, name string, max int, wait string) (store.WhyState, error) {
-	ws, ok := i.c.st.(store.Whys)
+	ws, ok := i.c.Store.(store.Whys)
 	if !ok {
 		return store.WhyState{}, fmt.Errorf("limiter: why %q: a Redlock Client's nodes each hold their own queue", name)
 	}
-	st, err := ws.WhyState(ctx, k, max, wait, i.c.cfg.quarantine)
+	st, err := ws.WhyState(ctx, k, max, wait, i.c.Quarantine)
 	if err != nil {
-		return store.WhyState{}, redisError("why", name, err)
+		return store.WhyState{}, bridge.RedisError("why", name, err)
 	}
 	return st, nil
 }
@@ -112,12 +89,12 @@ func (i *Inspector) whyState(ctx context.Context, k store.Keyspace, name string,
 func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) (Why, error) {
 	limit := st.Limit
 	if limit == 0 && st.FleetLimit == 0 {
-		limit = maxLimit // no grant yet: nothing but a gate holds it back
+		limit = store.MaxLimit // no grant yet: nothing but a gate holds it back
 	}
 	st.Waiters = append(st.Waiters, store.Waiter{Weight: 1, Limit: limit, Quarantine: st.Quarantine})
 	w := explain(st)
 	why := w[len(w)-1]
-	if limit == maxLimit {
+	if limit == store.MaxLimit {
 		why.Limit = 0 // not known
 	}
 	next, err := i.nextSlot(ctx, name)
@@ -125,9 +102,9 @@ func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) 
 		return Why{}, err
 	}
 	if next > 0 && why.ETA >= 0 && next >= why.ETA {
-		why.Reason, why.ETA, why.Estimated = ReasonRate, next, false
+		why.Reason, why.ETA, why.Estimated = limiter.ReasonRate, next, false
 		if st.PauseEnd > st.Now && next <= time.Duration(st.PauseEnd-st.Now)*time.Microsecond+time.Millisecond {
-			why.Reason = ReasonPaused
+			why.Reason = limiter.ReasonPaused
 		}
 	}
 	return why, nil
@@ -139,7 +116,7 @@ func (i *Inspector) whyNew(ctx context.Context, name string, st store.WhyState) 
 // slot is now.
 func (i *Inspector) nextSlot(ctx context.Context, name string) (time.Duration, error) {
 	k, rates, err := i.rateKeys(ctx, name)
-	if errors.Is(err, ErrRatesUnsupported) {
+	if errors.Is(err, limiter.ErrRatesUnsupported) {
 		return 0, nil
 	}
 	if err != nil {
@@ -148,7 +125,7 @@ func (i *Inspector) nextSlot(ctx context.Context, name string) (time.Duration, e
 	st, err := rates.RateState(ctx, k)
 	switch {
 	case err != nil:
-		return 0, redisError("read rate", name, err)
+		return 0, bridge.RedisError("read rate", name, err)
 	case !st.Known || st.NextFree >= 0:
 		return max(st.NextFree, 0), nil
 	}
@@ -221,20 +198,20 @@ func explain(st store.WhyState) []Why {
 
 // reason is why w waits, with taken permits held or asked for ahead of it
 // and gate until the pause or its quarantine ends.
-func reason(st store.WhyState, w store.Waiter, gate time.Duration, taken, limit int64) Reason {
+func reason(st store.WhyState, w store.Waiter, gate time.Duration, taken, limit int64) limiter.Reason {
 	switch {
 	case w.Quarantine > 0:
-		return ReasonQuarantine
+		return limiter.ReasonQuarantine
 	case st.FleetLimit > 0 && w.Weight > st.FleetLimit:
-		return ReasonFleetLimit
+		return limiter.ReasonFleetLimit
 	case gate > 0:
-		return ReasonPaused
+		return limiter.ReasonPaused
 	case taken+w.Weight <= limit:
-		return ReasonNone
+		return limiter.ReasonNone
 	case st.FleetLimit > 0 && st.FleetLimit < w.Limit && taken+w.Weight <= w.Limit:
-		return ReasonFleetLimit
+		return limiter.ReasonFleetLimit
 	}
-	return ReasonFull
+	return limiter.ReasonFull
 }
 
 // age is how long ago h was granted, by its fencing token (never below the

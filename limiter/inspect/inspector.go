@@ -1,12 +1,21 @@
-package limiter
+// Package inspect is the operators' side of a limiter.Client: what Redis
+// holds for each name (holders, waiters and why they wait, the limits and
+// rates in use) and the fleet-wide controls (SetLimit, SetRate, Pause,
+// Overload). The integrations call Pause and Overload on an upstream's
+// 429; cmd/redsem and the dashboard are built on the rest. It is a package
+// of its own so that limiter's API is the acquire path alone.
+package inspect
 
 import (
 	"context"
 	"fmt"
-	"github.com/redsem/redsem/internal/glob"
 	"slices"
 	"time"
 
+	"github.com/redsem/redsem/internal/glob"
+	"github.com/redsem/redsem/limiter"
+
+	"github.com/redsem/redsem/limiter/internal/bridge"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -14,15 +23,15 @@ import (
 // and sets their fleet-wide limits: the operators' view (cmd/redsem is
 // built on it), as asynq's Inspector is for its queues. It never acquires
 // or waits, and sends nothing until a method is called. Every method
-// returns an *ArgumentError for a nil ctx or an empty name, a Redis
-// failure (or ctx ending) wrapped, and ErrClosed after the Client's
-// Close.
+// returns a *limiter.ArgumentError for a nil ctx or an empty name, a
+// Redis failure (or ctx ending) wrapped, and limiter.ErrClosed after the
+// Client's Close.
 type Inspector struct {
-	c *Client
+	c bridge.Client
 }
 
-// Inspector returns the Client's Inspector.
-func (c *Client) Inspector() *Inspector { return &Inspector{c: c} }
+// New returns an Inspector of c's names. It sends nothing.
+func New(c *limiter.Client) *Inspector { return &Inspector{c: bridge.Of(c)} }
 
 // Holder describes one live lease, as Redis sees it.
 type Holder struct {
@@ -55,11 +64,11 @@ const maxWaitersListed = 1000
 func (i *Inspector) keys(ctx context.Context, name string) (store.Keyspace, error) {
 	switch {
 	case ctx == nil:
-		return store.Keyspace{}, argError("ctx", nil, "must not be nil")
+		return store.Keyspace{}, bridge.ArgError("ctx", nil, "must not be nil")
 	case name == "":
-		return store.Keyspace{}, argError("name", `""`, "must not be empty")
+		return store.Keyspace{}, bridge.ArgError("name", `""`, "must not be empty")
 	}
-	return store.NewKeyspace(i.c.cfg.prefix, name, 1), i.c.closedErr()
+	return store.NewKeyspace(i.c.Prefix, name, 1), i.c.Closed()
 }
 
 // Names lists, sorted, the semaphores under the Client's prefix that have
@@ -73,19 +82,19 @@ func (i *Inspector) keys(ctx context.Context, name string) (store.Keyspace, erro
 // and a malformed glob selects what Redis would select with it. It SCANs
 // every state key under the prefix, whatever match is.
 func (i *Inspector) Names(ctx context.Context, match string) ([]string, error) {
-	return i.names(ctx, store.StatePattern(i.c.cfg.prefix), match, "names")
+	return i.names(ctx, store.StatePattern(i.c.Prefix), match, "names")
 }
 
 // names lists, sorted, the names of the keys SCAN finds by pattern that
 // match the glob match; what says what is listed, in errors.
 func (i *Inspector) names(ctx context.Context, pattern, match, what string) ([]string, error) {
 	if ctx == nil {
-		return nil, argError("ctx", nil, "must not be nil")
+		return nil, bridge.ArgError("ctx", nil, "must not be nil")
 	}
-	if err := i.c.closedErr(); err != nil {
+	if err := i.c.Closed(); err != nil {
 		return nil, err
 	}
-	names, err := i.c.st.Names(ctx, pattern)
+	names, err := i.c.Store.Names(ctx, pattern)
 	if err != nil {
 		return nil, fmt.Errorf("limiter: list %s: %w", what, err)
 	}
@@ -112,9 +121,9 @@ func (i *Inspector) Holders(ctx context.Context, name string) ([]Holder, error) 
 	if err != nil {
 		return nil, err
 	}
-	hs, err := i.c.st.Holders(ctx, k)
+	hs, err := i.c.Store.Holders(ctx, k)
 	if err != nil {
-		return nil, redisError("holders", name, err)
+		return nil, bridge.RedisError("holders", name, err)
 	}
 	out := make([]Holder, len(hs))
 	for j, h := range hs {
@@ -132,12 +141,12 @@ func (i *Inspector) Waiters(ctx context.Context, name string) ([]Waiter, error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := i.c.st.(store.Whys); ok {
+	if _, ok := i.c.Store.(store.Whys); ok {
 		return i.whyWaiters(ctx, k, name)
 	}
-	ws, err := i.c.st.Waiters(ctx, k, maxWaitersListed)
+	ws, err := i.c.Store.Waiters(ctx, k, maxWaitersListed)
 	if err != nil {
-		return nil, redisError("waiters", name, err)
+		return nil, bridge.RedisError("waiters", name, err)
 	}
 	out := make([]Waiter, len(ws))
 	for j, w := range ws {
@@ -154,9 +163,9 @@ func (i *Inspector) Limit(ctx context.Context, name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := i.c.st.FleetLimit(ctx, k)
+	n, err := i.c.Store.FleetLimit(ctx, k)
 	if err != nil {
-		return 0, redisError("read limit", name, err)
+		return 0, bridge.RedisError("read limit", name, err)
 	}
 	return n, nil
 }
@@ -184,13 +193,13 @@ func (i *Inspector) SetLimit(ctx context.Context, name string, n int64) error {
 	if err != nil {
 		return err
 	}
-	if n < 0 || n > maxLimit {
-		return argError("n", n, fmt.Sprintf("must be between 0 (clear) and %d", int64(maxLimit)))
+	if n < 0 || n > store.MaxLimit {
+		return bridge.ArgError("n", n, fmt.Sprintf("must be between 0 (clear) and %d", int64(store.MaxLimit)))
 	}
-	woken, err := i.c.st.SetLimit(ctx, k, n, i.c.hub.channel(k.WakeChannel(i.c.id)), i.c.cfg.ttl)
-	i.c.hub.wake(woken)
+	woken, err := i.c.Store.SetLimit(ctx, k, n, i.c.Channel(k.WakeChannel(i.c.ID)), i.c.TTL)
+	i.c.Wake(woken)
 	if err != nil {
-		return redisError("set limit", name, err)
+		return bridge.RedisError("set limit", name, err)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
-package limiter
+package inspect
 
 import (
 	"cmp"
 	"context"
 	"slices"
 
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/bridge"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -13,8 +15,8 @@ import (
 // limits and rates its processes' Clients apply. Where they disagree,
 // Limits and Rates hold each value with how many Clients apply it.
 type InUse struct {
-	FleetLimit int64 // stored with SetLimit, or learned (0: none)
-	FleetRate  Rate  // stored with SetRate (zero: none)
+	FleetLimit int64        // stored with SetLimit, or learned (0: none)
+	FleetRate  limiter.Rate // stored with SetRate (zero: none)
 	// Learned is set when the limit is learned (Adaptive): FleetLimit is
 	// then the limit it has learned. A rate's is in RateState.
 	Learned *Learned
@@ -36,7 +38,7 @@ type LimitInUse struct {
 
 // RateInUse is one rate that Processes Clients apply to a name.
 type RateInUse struct {
-	Rate      Rate
+	Rate      limiter.Rate
 	Processes int
 }
 
@@ -52,24 +54,24 @@ func (i *Inspector) InUse(ctx context.Context, name string) (InUse, error) {
 	if _, err := i.keys(ctx, name); err != nil {
 		return InUse{}, err
 	}
-	st, ok := i.c.st.(store.Uses)
+	st, ok := i.c.Store.(store.Uses)
 	if !ok {
 		return InUse{}, nil
 	}
-	s, err := st.ReadUses(ctx, store.NewUseKeyspace(i.c.cfg.prefix, name))
+	s, err := st.ReadUses(ctx, store.NewUseKeyspace(i.c.Prefix, name))
 	if err != nil {
-		return InUse{}, redisError("read limits in use", name, err)
+		return InUse{}, bridge.RedisError("read limits in use", name, err)
 	}
 	return inUseOf(s), nil
 }
 
 func inUseOf(s store.UseState) InUse {
-	u := InUse{FleetLimit: s.FleetLimit, FleetRate: Rate(s.FleetRate), Learned: learned(s.Learned, s.Now)}
+	u := InUse{FleetLimit: s.FleetLimit, FleetRate: limiter.Rate(s.FleetRate), Learned: learned(s.Learned, s.Now)}
 	for v, n := range s.Owners {
 		switch limit, r, isRate, ok := store.ParseUseValue(v); {
 		case !ok: // a later version's: not ours to show
 		case isRate:
-			u.Rates = append(u.Rates, RateInUse{Rate: Rate(r), Processes: n})
+			u.Rates = append(u.Rates, RateInUse{Rate: limiter.Rate(r), Processes: n})
 		default:
 			u.Limits = append(u.Limits, LimitInUse{Limit: limit, Processes: n})
 		}

@@ -1,10 +1,12 @@
-package limiter
+package inspect
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/internal/bridge"
 	"github.com/redsem/redsem/limiter/internal/store"
 )
 
@@ -31,11 +33,11 @@ const MaxPause = 24 * time.Hour
 // set all the same, and its reservations moved).
 func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (time.Duration, error) {
 	if d <= 0 || d > MaxPause {
-		return 0, argError("d", d, fmt.Sprintf("must be above 0 and at most %v", MaxPause))
+		return 0, bridge.ArgError("d", d, fmt.Sprintf("must be above 0 and at most %v", MaxPause))
 	}
 	left, err := i.pause(ctx, name, d, false)
 	if err == nil {
-		i.c.cfg.observer.Paused(name)
+		i.c.Paused(name)
 	}
 	return left, err
 }
@@ -51,11 +53,11 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 // Pause's (the cut may have been made all the same).
 func (i *Inspector) Overload(ctx context.Context, name string, retryAfter time.Duration) (time.Duration, error) {
 	if retryAfter < 0 || retryAfter > MaxPause {
-		return 0, argError("retryAfter", retryAfter, fmt.Sprintf("must be at least 0 and at most %v", MaxPause))
+		return 0, bridge.ArgError("retryAfter", retryAfter, fmt.Sprintf("must be at least 0 and at most %v", MaxPause))
 	}
 	left, err := i.pause(ctx, name, retryAfter, true)
 	if err == nil && retryAfter > 0 {
-		i.c.cfg.observer.Paused(name)
+		i.c.Paused(name)
 	}
 	return left, err
 }
@@ -74,11 +76,11 @@ func (i *Inspector) pause(ctx context.Context, name string, d time.Duration, ove
 	if err != nil {
 		return 0, err
 	}
-	k := store.NewPauseKeyspace(i.c.cfg.prefix, name)
-	left, woken, err := st.Pause(ctx, k, d, overload, i.c.hub.channel(k.WakeChannel(i.c.id)), store.PauseChannel(i.c.cfg.prefix))
-	i.c.hub.wake(woken)
+	k := store.NewPauseKeyspace(i.c.Prefix, name)
+	left, woken, err := st.Pause(ctx, k, d, overload, i.c.Channel(k.WakeChannel(i.c.ID)), store.PauseChannel(i.c.Prefix))
+	i.c.Wake(woken)
 	if err != nil {
-		return 0, redisError("pause", name, err)
+		return 0, bridge.RedisError("pause", name, err)
 	}
 	return left, nil
 }
@@ -87,7 +89,7 @@ func (i *Inspector) pause(ctx context.Context, name string, d time.Duration, ove
 type RateState struct {
 	// Fleet is the fleet rate stored with SetRate (Events 0: none; each
 	// RateLimit then uses its own).
-	Fleet Rate
+	Fleet limiter.Rate
 	// NextFree is how long until an event of cost 1 may go by the fleet
 	// rate, a pause included (0: now; -1: unknown, since without a fleet
 	// rate it depends on the asking RateLimit's).
@@ -125,9 +127,9 @@ func (i *Inspector) Rate(ctx context.Context, name string) (RateState, error) {
 	}
 	s, err := st.RateState(ctx, k)
 	if err != nil {
-		return RateState{}, redisError("read rate", name, err)
+		return RateState{}, bridge.RedisError("read rate", name, err)
 	}
-	return RateState{Fleet: Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known, Learned: learned(s.Learned, s.Now)}, nil
+	return RateState{Fleet: limiter.Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known, Learned: learned(s.Learned, s.Now)}, nil
 }
 
 // learned reads adapt.lua's state (see there) at now (µs, server clock).
@@ -155,9 +157,9 @@ func learned(v string, now int64) *Learned {
 // and what was learned, and learning starts again. A bad rate gives an
 // *ArgumentError naming "rate"; other errors are Pause's (the rate may
 // have been stored all the same).
-func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
-	if r != (Rate{}) {
-		if err := r.check("rate"); err != nil {
+func (i *Inspector) SetRate(ctx context.Context, name string, r limiter.Rate) error {
+	if r != (limiter.Rate{}) {
+		if err := r.Validate(); err != nil {
 			return err
 		}
 	}
@@ -166,7 +168,7 @@ func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
 		return err
 	}
 	if err := st.SetRate(ctx, k, store.Rate(r)); err != nil {
-		return redisError("set rate", name, err)
+		return bridge.RedisError("set rate", name, err)
 	}
 	return nil
 }
@@ -176,7 +178,7 @@ func (i *Inspector) SetRate(ctx context.Context, name string, r Rate) error {
 // or with a stored rate) and whose name matches the glob match, as Names
 // does.
 func (i *Inspector) RateNames(ctx context.Context, match string) ([]string, error) {
-	return i.names(ctx, store.RatePattern(i.c.cfg.prefix), match, "rate names")
+	return i.names(ctx, store.RatePattern(i.c.Prefix), match, "rate names")
 }
 
 // rateKeys checks the arguments and the Client, and returns name's rate
@@ -184,13 +186,13 @@ func (i *Inspector) RateNames(ctx context.Context, match string) ([]string, erro
 func (i *Inspector) rateKeys(ctx context.Context, name string) (store.Keyspace, store.Rates, error) {
 	switch {
 	case ctx == nil:
-		return store.Keyspace{}, nil, argError("ctx", nil, "must not be nil")
+		return store.Keyspace{}, nil, bridge.ArgError("ctx", nil, "must not be nil")
 	case name == "":
-		return store.Keyspace{}, nil, argError("name", `""`, "must not be empty")
+		return store.Keyspace{}, nil, bridge.ArgError("name", `""`, "must not be empty")
 	}
-	st, ok := i.c.st.(store.Rates)
+	st, ok := i.c.Store.(store.Rates)
 	if !ok {
-		return store.Keyspace{}, nil, ErrRatesUnsupported
+		return store.Keyspace{}, nil, limiter.ErrRatesUnsupported
 	}
-	return store.NewRateKeyspace(i.c.cfg.prefix, name), st, i.c.closedErr()
+	return store.NewRateKeyspace(i.c.Prefix, name), st, i.c.Closed()
 }
