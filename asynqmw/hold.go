@@ -30,7 +30,7 @@ type held struct {
 // off is a rate that serves more than these permits' holders (a pause,
 // another rule sharing it): the task gives its permits back, reserves
 // the slot, sleeps until it holding nothing, and starts over with it.
-func (m *middleware) gated(ctx, wait context.Context, stopWait func(), t *asynq.Task, gs []gate, id string, next asynq.Handler) (out error, ran bool) {
+func (m *middleware) gated(ctx, wait context.Context, stopWait func(), t *asynq.Task, gs []gate, id limiter.AcquireOption, next asynq.Handler) (out error, ran bool) {
 	var early []slot // slots reserved before the permits
 	for {
 		if err := m.sleep(wait, early); err != nil {
@@ -64,7 +64,7 @@ func (m *middleware) gated(ctx, wait context.Context, stopWait func(), t *asynq.
 // rules first). A wait ends when wait does, when the gate's own
 // AcquireTimeout runs out, or when an earlier permit is lost; then the
 // permits taken are released and the error returned.
-func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string) ([]held, error) {
+func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id limiter.AcquireOption) ([]held, error) {
 	var hs []held
 	for i, g := range gs {
 		if g.limit == 0 { // a rule with only a rate
@@ -80,12 +80,12 @@ func (m *middleware) acquireAll(ctx, wait context.Context, gs []gate, id string)
 	return hs, nil
 }
 
-// acquire waits for a permit of gs[0], under the lease id id (random
-// when empty), until ctx, the task's wait or the gate's AcquireTimeout
+// acquire waits for a permit of gs[0], under the lease id option id (the
+// limiter's made-up id when nil), until ctx, the task's wait or the gate's AcquireTimeout
 // ends, or a permit in hs is lost. With Park, a Key rule's task whose
 // key is full while the later gates gs[1:] have room parks instead
 // (a *BusyError with Parked set).
-func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id string) (*limiter.Lease, error) {
+func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id limiter.AcquireOption) (*limiter.Lease, error) {
 	g := gs[0]
 	semOpts := g.r.semOpts
 	if g.bound > 0 {
@@ -99,8 +99,8 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 	}
 	m.opts.metrics.gated(g.r.Name)
 	opts := []limiter.AcquireOption{limiter.Weight(g.r.Weight)}
-	if id != "" {
-		opts = append(opts, limiter.ID(id))
+	if id != nil {
+		opts = append(opts, id)
 	}
 	if m.parking != nil && g.r.Key != nil && !lastTry(ctx) {
 		lease, leave, err := m.tryOrPark(ctx, wait, sem, opts, gs)
@@ -119,7 +119,9 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 		stop := context.AfterFunc(end, func() { lost(context.Cause(end)) })
 		defer stop()
 	}
+	leaveQueue := m.waiting.enter(g.name)
 	lease, err := sem.Acquire(waitCtx, opts...)
+	leaveQueue()
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
 		return nil, m.notAcquired(ctx, g, err)
@@ -176,15 +178,20 @@ const unreachableRetryIn = time.Second
 // quarantine (which no release ends), or the park failed.
 func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore, opts []limiter.AcquireOption, gs []gate) (lease *limiter.Lease, leave func(), err error) {
 	g := gs[0]
-	lease, err = sem.TryAcquire(wait, opts...)
-	var lb *limiter.BusyError
-	switch {
-	case err == nil:
-		return lease, nil, nil
-	case !errors.As(err, &lb):
-		return nil, nil, m.failed(ctx, g, err)
-	case lb.Paused || lb.Restarted:
-		return nil, m.parking.wait(g.name), nil
+	// Another handler here waits for the key: it is full (or that one is
+	// being granted), so no first try. A pause or quarantine is then
+	// found by the try before the park.
+	if !m.waiting.queued(g.name) {
+		lease, err = sem.TryAcquire(wait, opts...)
+		var lb *limiter.BusyError
+		switch {
+		case err == nil:
+			return lease, nil, nil
+		case !errors.As(err, &lb):
+			return nil, nil, m.failed(ctx, g, err)
+		case lb.Paused || lb.Restarted:
+			return nil, m.parking.wait(g.name), nil
+		}
 	}
 	if leave, ok := m.parking.join(g.name, g.limit+1); ok {
 		if !m.haveRoom(wait, gs[1:]) {
@@ -222,11 +229,15 @@ func (m *middleware) tryOrPark(ctx, wait context.Context, sem *limiter.Semaphore
 }
 
 // haveRoom reports whether every gate of gs with a limit would grant a
-// permit now: it takes one of each and gives it back at once.
+// permit now: it takes one of each and gives it back at once, unless a
+// handler of this process waits in its queue (then it would not).
 func (m *middleware) haveRoom(ctx context.Context, gs []gate) bool {
 	for _, g := range gs {
 		if g.limit == 0 {
 			continue
+		}
+		if m.waiting.queued(g.name) {
+			return false
 		}
 		sem, err := m.client.Semaphore(g.name, g.limit, g.r.semOpts...)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,7 @@ type middleware struct {
 	rules   []*rule
 	opts    options
 	parking *parking // nil without Park
+	waiting waiting  // handlers waiting in a gate's queue
 }
 
 // errGateTimeout ends a wait that is to be reported as busy.
@@ -312,17 +314,26 @@ func (m *middleware) explain(t *asynq.Task, gs []gate, busy *BusyError) {
 		"reason", string(busy.Reason), "eta", busy.ETA, "retry_in", busy.RetryIn)
 }
 
-// runID names one run of a task: its queue and id (ids are unique per
-// queue only), its retry count, and a random part, since a busy re-queue
-// or a retry after a lost asynq lease keeps the retry count.
-func runID(ctx context.Context) string {
+// runID names one run of a task in its lease ids: its queue and id (ids
+// are unique per queue only), its retry count, then a unique part, since
+// a busy re-queue or a retry after a lost asynq lease keeps the retry
+// count. The unique part is the limiter's made-up id (limiter.IDPrefix),
+// so that a release may grant a waiting task its permit directly (one
+// attempt per permit, where a caller-given id took a wake-up and a
+// second attempt: 22 of a fleet task's 74 Redis commands); a random one
+// where the queue or task id has a space, which IDPrefix refuses.
+func runID(ctx context.Context) limiter.AcquireOption {
 	id, ok := asynq.GetTaskID(ctx)
 	if !ok {
-		return "" // not run by asynq: the limiter's random id
+		return nil // not run by asynq: the limiter's made-up id
 	}
 	q, _ := asynq.GetQueueName(ctx)
 	n, _ := asynq.GetRetryCount(ctx)
-	return q + ":" + id + ":" + strconv.Itoa(n) + ":" + strconv.FormatUint(rand.Uint64(), 36)
+	prefix := q + ":" + id + ":" + strconv.Itoa(n) + ":"
+	if strings.Contains(prefix, " ") {
+		return limiter.ID(prefix + strconv.FormatUint(rand.Uint64(), 36))
+	}
+	return limiter.IDPrefix(prefix)
 }
 
 // wait returns the context that bounds a task's wait for all its permits,

@@ -2,7 +2,10 @@ package asynqmw_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,4 +175,92 @@ func TestFullFleetParksPastTheKeysWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 10*time.Second, "all 5 tasks done", func() bool { return done.Load() == 5 })
+}
+
+// acquireHook counts acquire script calls by the name in their first key.
+type acquireHook struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *acquireHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *acquireHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 3 && strings.HasSuffix(fmt.Sprint(a[1]), "_acquire") {
+			k := fmt.Sprint(a[3])
+			h.mu.Lock()
+			h.n[k[strings.IndexByte(k, '{')+1:strings.IndexByte(k, '}')]]++
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *acquireHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *acquireHook) count(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[name]
+}
+
+// While a handler of this process waits in a gate's queue, a try there
+// would be refused (the queue goes first): a task whose key is full does
+// not ask the later gate whether it has room, nor does a task whose key
+// another handler here waits for try the key first. Here the fleet's
+// permit is held elsewhere, b's task and a's first wait for it, and a's
+// second and third wait for a's permit: the fleet saw the two waits'
+// acquires alone, and a's key one try (the second task's) and the two
+// waits'. Then each release grants the next waiter directly.
+func TestLocalWaiterAnswersTries(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	lrdb := srv.Client(t)
+	hook := &acquireHook{n: map[string]int{}}
+	lrdb.AddHook(hook)
+	lc := redistest.Limiter(t, lrdb)
+	rules := []asynqmw.Rule{
+		{Name: "park-customer", Key: customerOf, Limit: 1},
+		{Name: "park-fleet", Limit: 1},
+	}
+	mw, err := asynqmw.New(lc, rules, asynqmw.Park(rdb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := holdElsewhere(t, rdb, "park-fleet")
+	var done atomic.Int32
+	startServer(t, srv.Addr(), 4, nil, mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		done.Add(1)
+		return nil
+	})))
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	queued := func(name string) int64 { return rdb.ZCard(ctx, "redsem:{"+name+"}:queue").Val() }
+	for _, s := range []struct {
+		cust, name string
+		n          int64
+	}{{"b", "park-fleet", 1}, {"a", "park-fleet", 2}, {"a", "park-customer:a", 1}, {"a", "park-customer:a", 2}} {
+		enqueue(t, client, asynq.NewTask("t", []byte(`{"Customer":"`+s.cust+`"}`)))
+		redistest.Eventually(t, 5*time.Second, fmt.Sprintf("%d waiting for %s", s.n, s.name), func() bool { return queued(s.name) == s.n })
+	}
+	if got := hook.count("park-fleet"); got != 2 {
+		t.Errorf("%d acquires of the fleet's permit, want 2 (the two waits, no tries)", got)
+	}
+	if got := hook.count("park-customer:a"); got != 4 {
+		t.Errorf("%d acquires of a's permit, want 4 (the first task's, the second's try and wait, the third's wait)", got)
+	}
+	if err := fleet.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, "all 4 tasks done", func() bool { return done.Load() == 4 })
+	// Each release granted the next waiter its permit directly (a run's
+	// lease id is the limiter's own: IDPrefix): no waiter asked again.
+	// a's second and third tasks found the fleet's permit free.
+	if fleet, a := hook.count("park-fleet"), hook.count("park-customer:a"); fleet != 4 || a != 4 {
+		t.Errorf("in all %d acquires of the fleet's permit and %d of a's, want 4 and 4: a woken waiter asked again", fleet, a)
+	}
 }

@@ -222,7 +222,10 @@ type fleetRun struct {
 	Reports   []fleetReport
 	Limiter   redisCounters // deltas over the run
 	Asynq     redisCounters
-	Load      [2]float64 // 1-minute load average before, after
+	// CmdStats: the limiter Redis' INFO commandstats calls over the run
+	// (not across a restart).
+	CmdStats map[string]int64
+	Load     [2]float64 // 1-minute load average before, after
 }
 
 // fleetWorker is a worker process, seen from the parent.
@@ -397,6 +400,10 @@ func runFleet(ctx context.Context, sc fleetScenario, variant string, round int, 
 	if err != nil {
 		return run, fmt.Errorf("limiter redis: %w", err)
 	}
+	statsBefore, err := readCommandstats(ctx, limRDB)
+	if err != nil {
+		return run, fmt.Errorf("limiter redis: %w", err)
+	}
 	asyBefore, err := readCounters(ctx, asyRDB)
 	if err != nil {
 		return run, err
@@ -435,6 +442,7 @@ func runFleet(ctx context.Context, sc fleetScenario, variant string, round int, 
 				return run, fmt.Errorf("restart: %w", err)
 			}
 			limBefore = redisCounters{}
+			statsBefore = map[string]int64{}
 		}
 	}
 	run.End = time.Now()
@@ -447,6 +455,16 @@ func runFleet(ctx context.Context, sc fleetScenario, variant string, round int, 
 		return run, err
 	}
 	run.Limiter = limAfter.sub(limBefore).add(limBeforeRestart)
+	statsAfter, err := readCommandstats(ctx, limRDB)
+	if err != nil {
+		return run, err
+	}
+	run.CmdStats = map[string]int64{}
+	for k, v := range statsAfter {
+		if d := v - statsBefore[k]; d > 0 && k != "info" {
+			run.CmdStats[k] = d
+		}
+	}
 	run.Asynq = asyAfter.sub(asyBefore)
 	for i, w := range ws {
 		if _, err := io.WriteString(w.stdin, "stop\n"); err != nil {
@@ -812,6 +830,16 @@ func printFleet(out io.Writer, runs []fleetRun) {
 		}
 		if s.FirstErr != "" {
 			n += "; first failure: " + s.FirstErr
+		}
+		if s.Done > 0 && r.Variant == fleetRedsem {
+			sentBy := map[string]int64{}
+			for _, rep := range r.Reports {
+				for k, v := range rep.SentBy {
+					sentBy[k] += v
+				}
+			}
+			n += "\n  - limiter commands per task, sent: " + perTask(sentBy, s.Done)
+			n += "\n  - run by Redis (commandstats): " + perTask(r.CmdStats, s.Done)
 		}
 		notes = append(notes, n)
 	}

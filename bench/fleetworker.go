@@ -78,6 +78,8 @@ type fleetReport struct {
 	Err      string `json:"err,omitempty"`
 	// Sent: commands sent to the limiter's Redis (a go-redis hook).
 	Sent int64 `json:"sent"`
+	// SentBy: Sent by command, an FCALL by function and rule (cmdLabel).
+	SentBy map[string]int64 `json:"sentBy,omitempty"`
 }
 
 // IsFleetWorker says whether this process is a fleet worker.
@@ -175,6 +177,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 	}
 	var firstErr sync.Once
 	var sent atomic.Int64 // commands sent to the limiter's Redis
+	var sentBy cmdCounts
 	defer func() {
 		rep.Runs, rep.OK = counts.runs.Load(), counts.ok.Load()
 		rep.Busy, rep.Rate, rep.Parked, rep.Paused = counts.busy.Load(), counts.rate.Load(), counts.parked.Load(), counts.paused.Load()
@@ -182,6 +185,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		rep.Polls = counts.polls.Load()
 		rep.TooMany, rep.Failed = counts.tooMany.Load(), counts.failed.Load()
 		rep.Sent = sent.Load()
+		rep.SentBy = sentBy.snapshot()
 	}()
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Concurrency}, Timeout: 10 * time.Second}
@@ -190,6 +194,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 	limRDB := redis.NewClient(&redis.Options{Addr: cfg.LimiterAddr, ContextTimeoutEnabled: true})
 	defer limRDB.Close()
 	limRDB.AddHook(countHook{&sent})
+	limRDB.AddHook(labelHook{&sentBy})
 
 	call := func(ctx context.Context, t *asynq.Task) (fleetPayload, string, error) {
 		var p fleetPayload
@@ -432,6 +437,7 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		return rep, fmt.Errorf("asynq's redis: %w", err)
 	}
 	sent.Store(0)
+	sentBy.reset()
 	if _, err := fmt.Fprintln(out, "ready"); err != nil {
 		return rep, err
 	}

@@ -2,8 +2,10 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -340,4 +342,52 @@ func TestDirectGrantKeepsTheWaitersLimit(t *testing.T) {
 	}
 	_ = b.Release(ctx)
 	_ = c.Release(ctx)
+}
+
+// A lease id made of the caller's prefix and the Client's own id (IDPrefix)
+// is granted directly, as a made-up one is: the waiter sends one acquire,
+// which queues it, and the release grants it the lease under its named
+// id. A caller-given id (ID) cannot be: it may be asked for twice. A
+// prefix with a space is refused: wake-up messages are split at spaces.
+func TestIDPrefixIsGrantedDirectly(t *testing.T) {
+	b := singleBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb := b.client(t)
+	holder, _ := newMutex(t, rdb, "prefixed", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
+	waiter, _ := newMutex(t, b.client(t), "prefixed", limiter.AcquireTimeout(0), limiter.TTL(10*time.Second))
+	l, err := holder.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.reset(t)
+	got := make(chan *limiter.Lease, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, limiter.IDPrefix("default:task-7:0:"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	redistest.Eventually(t, 10*time.Second, "the waiter queued", func() bool {
+		return rdb.ZCard(ctx, queueKey("prefixed")).Val() == 1
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	if next == nil {
+		t.FailNow()
+	}
+	defer next.Release(ctx)
+	if scripts := redistest.Scripts(b.calls(t)); scripts != 2 {
+		t.Fatalf("%d script calls, want 2: the waiter's acquire that queued it and the release that granted it", scripts)
+	}
+	if !strings.HasPrefix(next.ID(), "default:task-7:0:") || len(next.ID()) == len("default:task-7:0:") {
+		t.Fatalf("lease id %q, want the prefix and a made-up part", next.ID())
+	}
+	_, err = waiter.TryAcquire(ctx, limiter.IDPrefix("a task:"))
+	var ae *limiter.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "IDPrefix" {
+		t.Fatalf("a prefix with a space: %v, want an *ArgumentError naming IDPrefix", err)
+	}
 }

@@ -95,9 +95,10 @@
 // only as long as the waiter's queue entry would have (so a waiter whose
 // process died holds it no longer), and its holder's refresher extends
 // it to its TTL unless it is released first: a Redis outage in its first
-// two seconds ends it sooner than an acquired lease. Requests with an ID, a
-// RefreshInterval of 0, a TTL under 3s or WaitReplicas, and every request
-// on a Redlock Client, are woken instead and then acquire. Held leases are
+// two seconds ends it sooner than an acquired lease. Requests with an ID
+// (not IDPrefix, whose id is the Client's own), a RefreshInterval of 0, a
+// TTL under 3s or WaitReplicas, and every request on a Redlock Client,
+// are woken instead and then acquire. Held leases are
 // refreshed in bulk: one script call per semaphore (per 2,000 leases) for
 // all the leases of a Client that fall due together.
 //

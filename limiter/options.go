@@ -382,7 +382,7 @@ type AcquireOption func(*acquireOptions)
 type acquireOptions struct {
 	weight  int64
 	id      string
-	idGiven bool
+	idGiven bool           // ID's; else id is IDPrefix's prefix, or ""
 	maxWait *time.Duration // MaxWait's, if given
 }
 
@@ -407,3 +407,14 @@ func MaxWait(d time.Duration) AcquireOption { return func(o *acquireOptions) { o
 // Asking with another weight than the lease of that id holds gives an
 // *ArgumentError for "Weight".
 func ID(id string) AcquireOption { return func(o *acquireOptions) { o.id, o.idGiven = id, true } }
+
+// IDPrefix makes the lease id prefix followed by the id the Client makes
+// up (unique): the id names what holds the lease (a task's run) and, as a
+// made-up id, is never asked for twice, so a release may grant the lease
+// to its waiter directly, with no attempt of its own (see the package
+// doc), which ID's caller-given id cannot. The later of ID and IDPrefix
+// applies. A prefix with a space gives an *ArgumentError naming
+// "IDPrefix" (wake-up messages are split at spaces).
+func IDPrefix(prefix string) AcquireOption {
+	return func(o *acquireOptions) { o.id, o.idGiven = prefix, false }
+}

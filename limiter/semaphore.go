@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redsem/redsem/limiter/internal/quorum"
@@ -54,6 +55,9 @@ func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.Ac
 			}
 		}
 		r.Weight, r.ID, r.IDGiven = o.weight, o.id, o.idGiven
+		if !o.idGiven {
+			r.IDPrefix = o.id
+		}
 		if o.maxWait != nil {
 			bound = *o.maxWait
 		}
@@ -65,11 +69,13 @@ func (s *Semaphore) request(ctx context.Context, opts []AcquireOption) (store.Ac
 		return r, 0, argError("Weight", r.Weight, fmt.Sprintf("must be between 1 and the limit %d", s.limit))
 	case r.IDGiven && r.ID == "":
 		return r, 0, argError("ID", `""`, "must not be empty")
+	case strings.Contains(r.IDPrefix, " "):
+		return r, 0, argError("IDPrefix", r.IDPrefix, "must not contain a space")
 	case bound < 0:
 		return r, 0, argError("MaxWait", bound, "must be >= 0")
 	}
 	if !r.IDGiven {
-		r.ID = s.c.newID()
+		r.ID = r.IDPrefix + s.c.newID()
 	}
 	return r, bound, s.c.closedErr()
 }
@@ -91,7 +97,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...AcquireOption) (*Lea
 		// was given back: the permits were free, so ask again (a new id,
 		// as a quorum's failed attempt is rolled back by it).
 		if !r.IDGiven {
-			r.ID = s.c.newID()
+			r.ID = r.IDPrefix + s.c.newID()
 		}
 		l, rep, err = s.attempt(ctx, r)
 	}

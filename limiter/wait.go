@@ -144,7 +144,7 @@ func (wt *waiting) try() (l *Lease, err error, next step) {
 		// answer was lost by any token of its id, in the background: the
 		// next attempt takes another id, so that rollback can never
 		// remove what it is granted.
-		wt.r.ID = c.newID()
+		wt.r.ID = wt.r.IDPrefix + c.newID()
 	}
 	sent := time.Now()
 	l, wt.rep, err = s.attempt(wt.attemptCtx, wt.r)
@@ -274,7 +274,7 @@ func (wt *waiting) timedOut() (l *Lease, err error, next step) {
 	s, c := wt.s, wt.s.c
 	wt.attempts++
 	if !wt.r.IDGiven && !c.st.GrantsDirectly() {
-		wt.r.ID = c.newID() // as in try: a quorum's failed attempt is rolled back by id
+		wt.r.ID = wt.r.IDPrefix + c.newID() // as in try: a quorum's failed attempt is rolled back by id
 	}
 	sent := time.Now()
 	l, rep, err := s.attempt(wt.attemptCtx, wt.r)

@@ -16,6 +16,9 @@ type AcquireRequest struct {
 	TTL     time.Duration
 	ID      string
 	IDGiven bool
+	// IDPrefix starts a made-up ID (not IDGiven): each attempt that takes
+	// a new id keeps it.
+	IDPrefix string
 	// Proposed is the fencing token a quorum proposes; "" = server clock.
 	Proposed string
 	Owner    string // the Client asking
