@@ -122,3 +122,11 @@ func (h *heard) pausing(d time.Duration) bool {
 	h.paused = now.Add(d)
 	return true
 }
+
+// advertised says whether this process told the fleet a quota for the
+// name.
+func (h *heard) advertised() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.quota != (limiter.Rate{})
+}

@@ -20,7 +20,10 @@ const pauseTimeout = 2 * time.Second
 // spent (GitHub's answer past its limit), at most maxPause (none without
 // either), so that its
 // rate gives no slot and its semaphore no new permit before the end, and
-// it cuts name's rate where it is learned (limiter.Adaptive). The
+// it cuts name's rate where it is learned (limiter.Adaptive; its limit
+// where the rate is advertised). A spent quota whose rate this process
+// advertised is the quota's 429, not the calls at once': a pause alone.
+// The
 // upstream said when to come back: sending before then would only earn
 // more 429s, from every process. The call is detached from the
 // request's cancellation (the caller going away does not make the
@@ -44,8 +47,16 @@ func (t *Transport) pauseOn(req *http.Request, name string, g gate, resp *http.R
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 	defer cancel()
+	var err error
+	if adv.remaining == 0 && g.heard.advertised() {
+		if d > 0 {
+			_, err = t.inspector.Pause(ctx, name, d)
+		}
+	} else {
+		_, err = t.inspector.Overload(ctx, name, d)
+	}
 	// A Redlock Client keeps no rates: there is nothing to pause or cut.
-	if _, err := t.inspector.Overload(ctx, name, d); err != nil && !errors.Is(err, limiter.ErrRatesUnsupported) {
+	if err != nil && !errors.Is(err, limiter.ErrRatesUnsupported) {
 		t.logger.Warn("httplimit: pause failed", "name", name, "cause", "upstream overload",
 			"status", resp.StatusCode, "pause", d, "err", err)
 	}

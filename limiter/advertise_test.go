@@ -101,3 +101,48 @@ func TestAdvertiseFixedRateAndBadInput(t *testing.T) {
 		}
 	}
 }
+
+// Under an advertised rate an overload cuts the learned limit, not the
+// rate, though the rate's next event is not free (without the
+// advertisement it would cut the rate: TestOverloadCutsWhatWasAllUsed).
+func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-which")
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 10, limiter.Adaptive(1, 50)) // starts at 10, its bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(ctx); err != nil { // the state
+		t.Fatal(err)
+	}
+	insp := c.Inspector()
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 40, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	for range 3 { // the rate's next event is not free
+		if _, err := rl.ReserveN(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := insp.Limit(ctx, name)
+	events, _ := fleetEvents(t, insp, name)
+	if limit != 6 || events != 40 {
+		t.Errorf("after an overload under an advertised 40/s: limit %d, rate %d/s; want 6 (10 cut) and 40 (left)", limit, events)
+	}
+}

@@ -64,9 +64,11 @@ func (i *Inspector) Overload(ctx context.Context, name string, retryAfter time.D
 // advertises (its RateLimit headers: q.Events per q.Per; Burst is
 // ignored): name's learned rate (Adaptive) takes it at once, within its
 // bounds, and grows no further while it stands, so the fleet goes
-// straight there instead of probing for it with 429s (a 429 still cuts
-// below it). Events reserved at a faster rate are re-paced, as after
-// Overload's cut. A fixed or pinned rate is left alone. One call each:
+// straight there instead of probing for it with 429s; an Overload then
+// cuts name's learned limit, not the rate (the headers speak for it; a
+// spent quota is a Pause until its reset). Events reserved at a faster
+// rate are re-paced, as after Overload's cut. A fixed or pinned rate is
+// left alone; SetRate's zero Rate forgets it. One call each:
 // call it when the advertisement changes, not per response. A bad q
 // gives an *ArgumentError naming "q"; other errors are Pause's (the rate
 // may have been set all the same).

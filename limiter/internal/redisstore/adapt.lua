@@ -34,6 +34,14 @@
 -- faster past it, which finds a limit that has grown. Each overload costs
 -- the fleet its Retry-After's pause, so the plateau is long: a doubled
 -- limit is found in about 2.8 ADAPT_K_US.
+--
+-- An upstream that advertises its quota (a limit per window: Advertise)
+-- says where the probing would end: r is set to it at once, within the
+-- bounds, and grows no further while it stands; a 429 does not cut it
+-- (pause.lua cuts the limit instead: the headers speak for the rate, and
+-- a quota spent, by this fleet or others sharing it, pauses until its
+-- reset). A new advertisement replaces the last, up or down; clearing
+-- the learned state (SetRate's zero) forgets it.
 
 -- A learned rate's keys live ADAPT_KEEP_MS after its last move (a name
 -- used by key, per customer or host, would keep them forever): a state

@@ -121,12 +121,21 @@ if advertised ~= '' then
   local e, p = string.match(advertised, '^(%d+) (%d+)$')
   scale = advertise_learned(KEYS, now, e + 0, p + 0)
 end
+--
+-- A rate the upstream advertises (adapt.lua's adv) is its quota's: the
+-- overload is then the calls at once', and only the limit is cut (a
+-- spent quota is answered by the pause until its reset: httplimit).
 if overload and was <= now then
   local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
   local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
   local rate_full = tat and tat > now
-  if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
-  if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  local rs = adapt_parse(redis.call('GET', KEYS[8]))
+  if rs and rs.adv > 0 then
+    cut_learned_limit(KEYS, st[1], now, until_us)
+  else
+    if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
+    if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  end
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then
