@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -52,6 +53,10 @@ type adaptiveOptions struct {
 	Latency  [2]time.Duration
 	Variants []string // empty: every variant that is built
 	Dump     string   // a directory for each run's series as CSV ("": none)
+	// Headers: the upstream advertises its rate (advertisingAPI): "ms"
+	// with its reset in ms, "s" in whole seconds (the IETF draft's);
+	// "": it does not.
+	Headers string
 }
 
 func (o adaptiveOptions) phases() []adaptivePhase {
@@ -79,6 +84,12 @@ type hiddenAPI struct {
 	accepted int64
 	rejected int64
 	lat      [2]time.Duration
+	// headers: the rate is a quota per fixed window of a second, which
+	// every answer advertises (advertise); "": a token bucket, hidden.
+	headers    string
+	win        int64 // the window's second since the Unix epoch
+	used       int64 // calls of the rate's quota used in it
+	rejectedAt int64 // refused at once (calls in flight), of rejected
 }
 
 func (a *hiddenAPI) burst() float64 { return max(1, a.rate/10) }
@@ -104,19 +115,54 @@ func (a *hiddenAPI) admit() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.arrived++
-	a.refill(time.Now())
-	if a.inFlight >= a.limit || a.tokens < 1 {
+	now := time.Now()
+	a.refill(now)
+	if s := now.Unix(); s != a.win {
+		a.win, a.used = s, 0
+	}
+	if a.inFlight >= a.limit {
+		a.rejected++
+		a.rejectedAt++
+		return false
+	}
+	if (a.headers == "" && a.tokens < 1) || (a.headers != "" && float64(a.used) >= a.rate) {
 		a.rejected++
 		return false
 	}
 	a.tokens--
+	a.used++
 	a.inFlight++
 	a.accepted++
 	return true
 }
 
+// advertise writes the rate's quota on an answer, as the IETF draft's
+// RateLimit-Policy and combined RateLimit fields: the quota a window,
+// what is left of it, and the seconds to its end (in ms, or whole
+// seconds rounded up).
+func (a *hiddenAPI) advertise(h http.Header) {
+	now := time.Now()
+	a.mu.Lock()
+	quota, left := int64(a.rate), int64(a.rate)
+	if a.win == now.Unix() {
+		left = max(quota-a.used, 0)
+	}
+	a.mu.Unlock()
+	reset := time.Unix(now.Unix()+1, 0).Sub(now)
+	rs := fmt.Sprintf("%.3f", reset.Seconds())
+	if a.headers == "s" {
+		rs = strconv.Itoa(int(math.Ceil(reset.Seconds())))
+	}
+	h.Set("RateLimit-Policy", fmt.Sprintf("%d;w=1", quota))
+	h.Set("RateLimit", fmt.Sprintf("limit=%d, remaining=%d, reset=%s", quota, left, rs))
+}
+
 func (a *hiddenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !a.admit() {
+	ok := a.admit()
+	if a.headers != "" {
+		a.advertise(w.Header())
+	}
+	if !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(adaptiveRetryAfter))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
@@ -161,7 +207,7 @@ type adaptiveRun struct {
 func runAdaptive(ctx context.Context, rdb *redis.Client, addr, variant string, round int, o adaptiveOptions) (run adaptiveRun, err error) {
 	run = adaptiveRun{Variant: variant, Round: round, Phases: o.phases(), Load: [2]float64{loadAvg(), 0}}
 	first := run.Phases[0]
-	api := &hiddenAPI{limit: first.Limit, rate: float64(first.Rate), lat: o.Latency}
+	api := &hiddenAPI{limit: first.Limit, rate: float64(first.Rate), lat: o.Latency, headers: o.Headers}
 	api.tokens = api.burst()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -206,6 +252,12 @@ func runAdaptive(ctx context.Context, rdb *redis.Client, addr, variant string, r
 		return run, err
 	}
 	run.Samples = sampled()
+	if o.Headers != "" {
+		api.mu.Lock()
+		fmt.Fprintf(os.Stderr, "  %s: 429s %d (%d for calls at once, %d for the rate)\n", variant, api.rejected,
+			api.rejectedAt, api.rejected-api.rejectedAt)
+		api.mu.Unlock()
+	}
 	after, err := readCounters(ctx, rdb)
 	if err != nil {
 		return run, err
@@ -400,6 +452,10 @@ func printAdaptiveHeader(out io.Writer, o adaptiveOptions, vs []string) {
 	}
 	fmt.Fprintf(out, "## adaptive: %d processes x %d goroutines against hidden limits (429 + Retry-After %ds), calls %v-%v\n\n",
 		adaptiveProcs, adaptiveGoroutines, adaptiveRetryAfter, o.Latency[0], o.Latency[1])
+	if o.Headers != "" {
+		fmt.Fprintf(out, "The upstream advertises its rate (RateLimit-Policy: R;w=1, RateLimit: limit, remaining, reset in %s), a quota per fixed window of a second; the calls at once stay hidden.\n\n",
+			map[string]string{"ms": "ms", "s": "whole seconds"}[o.Headers])
+	}
 	fmt.Fprintf(out, "Go %s, GOMAXPROCS %d, NumCPU %d, %s; %d round(s) of %v per variant, load %.1f\n\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), time.Now().Format("2006-01-02 15:04"),
 		o.Rounds, total, loadAvg())

@@ -51,6 +51,7 @@ const (
 	variantAIMD     = "per-process AIMD"
 	variantFixed    = "fixed guess"
 	variantAdaptive = "redsem adaptive"
+	variantRate     = "redsem adaptive rate"
 )
 
 var adaptiveVariants = []adaptiveVariant{
@@ -73,6 +74,14 @@ var adaptiveVariants = []adaptiveVariant{
 			learnMinLimit, learnStartLimit, learnStartLimit, learnMaxLimit, learnMaxRate),
 		New: func(p adaptiveProc) (adaptiveClient, error) {
 			return newRedsemClient(p, learnMaxLimit, learnMaxRate, limiter.Adaptive(learnMinLimit, learnStartLimit))
+		}},
+	// The rate alone, for an upstream that advertises it (-adaptive-headers):
+	// the headers' figure without the calls at once' learning.
+	{Name: variantRate,
+		Config: fmt.Sprintf("httplimit.Transport, no limit at once, the rate learned fleet-wide (limiter.Adaptive(%d, %d)), bound %d/s (burst 1)",
+			learnMinRate, learnStartRate, learnMaxRate),
+		New: func(p adaptiveProc) (adaptiveClient, error) {
+			return newRedsemClient(p, 0, learnMaxRate, limiter.Adaptive(learnMinRate, learnStartRate))
 		}},
 }
 
@@ -146,9 +155,11 @@ func (c *redsemClient) Learned() (float64, float64, bool) {
 	if err != nil || st.Learned == nil {
 		return 0, 0, false
 	}
-	limit, err := insp.Limit(ctx, c.learned)
-	if err != nil {
-		return 0, 0, false
+	var limit int64
+	if c.limit > 0 {
+		if limit, err = insp.Limit(ctx, c.learned); err != nil {
+			return 0, 0, false
+		}
 	}
 	return float64(limit) / adaptiveProcs, float64(st.Fleet.Events) / adaptiveProcs, true
 }

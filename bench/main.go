@@ -38,6 +38,7 @@
 //
 //	go run . -adaptive
 //	go run . -adaptive -adaptive-rounds 3 -adaptive-variants oracle,"fixed guess"
+//	go run . -adaptive -adaptive-headers ms -adaptive-variants oracle,"redsem adaptive"
 package main
 
 import (
@@ -88,6 +89,7 @@ func main() {
 	adaptiveLatency := flag.String("adaptive-latency", "150ms,250ms", "adaptive: the upstream's call time, uniform between these")
 	adaptiveVar := flag.String("adaptive-variants", "", "adaptive: comma-separated variants (oracle, per-process AIMD, fixed guess; default all that are built)")
 	adaptiveDump := flag.String("adaptive-dump", "", "adaptive: write each run's 100 ms series as CSV into this directory")
+	adaptiveHeaders := flag.String("adaptive-headers", "", "adaptive: the upstream advertises its rate as a quota a second in RateLimit headers, the reset in ms or s (whole seconds)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -95,6 +97,9 @@ func main() {
 	if *adaptive {
 		o, err := parseAdaptiveOptions(*adaptiveRounds, *adaptivePhases, *adaptiveLatency, *adaptiveVar)
 		o.Dump = *adaptiveDump
+		if o.Headers = *adaptiveHeaders; o.Headers != "" && o.Headers != "ms" && o.Headers != "s" {
+			err = fmt.Errorf("-adaptive-headers: want ms or s, got %q", o.Headers)
+		}
 		if err == nil {
 			err = runAdaptiveTables(ctx, os.Stdout, o)
 		}

@@ -18,8 +18,9 @@ const (
 // semaphore. Either may be nil (the config has no Rate, or no Limit), not
 // both.
 type gate struct {
-	rl  *limiter.RateLimit
-	sem *limiter.Semaphore
+	rl    *limiter.RateLimit
+	sem   *limiter.Semaphore
+	heard *heard // what this process told of the name's advertised quota
 }
 
 // gates caches the gates of one config by name, so a request does not
@@ -88,6 +89,7 @@ func (s *gates) get(name string) (gate, error) {
 
 // make builds the gate of name.
 func (s *gates) make(name string) (g gate, err error) {
+	g.heard = &heard{}
 	if s.rate != (limiter.Rate{}) {
 		if g.rl, err = s.client.RateLimit(name, s.rate, s.rateOpts...); err != nil {
 			return gate{}, err

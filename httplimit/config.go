@@ -124,7 +124,9 @@ func LimiterOptions(opts ...limiter.NameOption) Option {
 // limiter's bound on a pause); 0 turns pausing off. Such an answer also
 // cuts the name's rate where it is learned (limiter.Adaptive in
 // LimiterOptions; inspect.Inspector.Overload), with or without a
-// Retry-After, unless pausing is off. See
+// Retry-After, unless pausing is off; an answer that advertises a spent
+// quota (RateLimit or X-RateLimit-Remaining 0) pauses until its reset,
+// within the same bound. See
 // Transport.RoundTrip. Middleware ignores it. A bound outside [0, 24h]
 // makes NewTransport return an *limiter.ArgumentError naming
 // "PauseOnRetryAfter".

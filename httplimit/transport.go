@@ -80,6 +80,15 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // PauseOnRetryAfter's bound, and cuts its rate where it is learned
 // (limiter.Adaptive), with or without Retry-After (a failure is logged);
 // the response is returned unchanged. Why, and the details: docs/design.md (httplimit).
+//
+// Any answer's advertised quota (RateLimit-Policy and RateLimit, the IETF
+// draft's fields old and new, or X-RateLimit-*: GitHub's) is read: a
+// quota per window goes to the fleet when it changes (one call per
+// process; inspect.Inspector.Advertise: a learned rate takes it), and a
+// spent one (remaining 0, a reset ahead) pauses the key until the reset,
+// as a 429 would, before the 429 (at most PauseOnRetryAfter's bound;
+// once per pause per process). A reset in whole seconds pauses up to a
+// second past a window's true end: docs/adaptive.md.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := t.key(req)
 	if !ok {
@@ -100,7 +109,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if lease == nil { // a rate alone: nothing is held while it is in flight
 		resp, err := t.base.RoundTrip(req)
 		if err == nil {
-			t.pauseOn(req, name, resp)
+			t.answered(req, name, g, resp)
 		}
 		return resp, err
 	}
@@ -122,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	t.pauseOn(req, name, resp)
+	t.answered(req, name, g, resp)
 	if resp.Body == nil || resp.Body == http.NoBody {
 		h.finish()
 		return resp, nil

@@ -1,6 +1,9 @@
 package limiter
 
-import "github.com/redsem/redsem/limiter/internal/bridge"
+import (
+	"github.com/redsem/redsem/limiter/internal/bridge"
+	"github.com/redsem/redsem/limiter/internal/store"
+)
 
 // The inspect package reads a Client's parts through bridge.
 func init() {
@@ -13,4 +16,5 @@ func init() {
 	}
 	bridge.ArgError = argError
 	bridge.RedisError = redisError
+	bridge.CheckRate = func(r store.Rate, arg string) error { return Rate(r).check(arg) }
 }

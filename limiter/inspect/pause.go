@@ -62,6 +62,27 @@ func (i *Inspector) Overload(ctx context.Context, name string, retryAfter time.D
 	return left, err
 }
 
+// Advertise tells the fleet the quota the upstream behind name
+// advertises (its RateLimit headers: q.Events per q.Per; Burst is
+// ignored): name's learned rate (Adaptive) takes it at once, within its
+// bounds, and grows no further while it stands, so the fleet goes
+// straight there instead of probing for it with 429s; an Overload then
+// cuts name's learned limit, not the rate (the headers speak for it; a
+// spent quota is a Pause until its reset). Events reserved at a faster
+// rate are re-paced, as after Overload's cut. A fixed or pinned rate is
+// left alone; SetRate's zero Rate forgets it. One call each:
+// call it when the advertisement changes, not per response. A bad q
+// gives an *ArgumentError naming "q"; other errors are Pause's (the rate
+// may have been set all the same).
+func (i *Inspector) Advertise(ctx context.Context, name string, q limiter.Rate) error {
+	q.Burst = 1
+	if err := bridge.CheckRate(store.Rate(q), "q"); err != nil {
+		return err
+	}
+	_, err := i.signal(ctx, name, 0, false, store.Rate(q))
+	return err
+}
+
 // Unpause lifts name's pause and wakes the semaphore's waiters that fit.
 // Rate events reserved during the pause, or moved by it, keep their times
 // (they were told when to go); new ones are timed after them. Errors are
@@ -72,12 +93,18 @@ func (i *Inspector) Unpause(ctx context.Context, name string) error {
 }
 
 func (i *Inspector) pause(ctx context.Context, name string, d time.Duration, overload bool) (time.Duration, error) {
+	return i.signal(ctx, name, d, overload, store.Rate{})
+}
+
+// signal runs pause.lua once: a pause for d (0 with neither overload nor
+// adv: lift it), an overload's cut, an advertised rate.
+func (i *Inspector) signal(ctx context.Context, name string, d time.Duration, overload bool, adv store.Rate) (time.Duration, error) {
 	_, st, err := i.rateKeys(ctx, name)
 	if err != nil {
 		return 0, err
 	}
 	k := store.NewPauseKeyspace(i.c.Prefix, name)
-	left, woken, err := st.Pause(ctx, k, d, overload, i.c.Channel(k.WakeChannel(i.c.ID)), store.PauseChannel(i.c.Prefix))
+	left, woken, err := st.Pause(ctx, k, d, overload, adv, i.c.Channel(k.WakeChannel(i.c.ID)), store.PauseChannel(i.c.Prefix))
 	i.c.Wake(woken)
 	if err != nil {
 		return 0, bridge.RedisError("pause", name, err)
@@ -159,7 +186,7 @@ func learned(v string, now int64) *Learned {
 // have been stored all the same).
 func (i *Inspector) SetRate(ctx context.Context, name string, r limiter.Rate) error {
 	if r != (limiter.Rate{}) {
-		if err := r.Validate(); err != nil {
+		if err := bridge.CheckRate(store.Rate(r), "rate"); err != nil {
 			return err
 		}
 	}

@@ -30,8 +30,10 @@ var Of func(c any) Client
 
 // ArgError and RedisError build limiter's errors: an *ArgumentError, and a
 // Redis failure wrapped with what was being done (a quorum's failure as
-// its *QuorumError).
+// its *QuorumError). CheckRate is a limiter.Rate's check: an
+// *ArgumentError naming arg (and its field) when r is out of range.
 var (
 	ArgError   func(arg string, value any, reason string) error
 	RedisError func(op, name string, err error) error
+	CheckRate  func(r store.Rate, arg string) error
 )

@@ -3,14 +3,17 @@
 --
 -- A learned rate is two keys of the name: the fleet rate (STRING "events
 -- per_ns burst", which every reservation applies, as SetRate's) and its
--- state, a STRING "min max r wmax t_over t_move hold" (events per per_ns;
--- µs on the server's clock):
+-- state, a STRING "min max r wmax t_over t_move hold [adv]" (events per
+-- per_ns; µs on the server's clock):
 --   min, max: the bounds the first learning Client gave;
 --   r: the rate learned, a fraction (the fleet rate is its floor, at
 --      least min);
 --   wmax: r at the last overload (0: none yet, the slow start);
 --   t_over: that overload's time; t_move: when r last moved;
---   hold: nothing moves r before it (the overload's episode).
+--   hold: nothing moves r before it (the overload's episode);
+--   adv: the rate the upstream advertises (its RateLimit headers), r's
+--      ceiling; absent, nil or 0: none (the states the scripts start
+--      have none).
 -- 'pin' instead: an operator set the fleet rate (setrate.lua); nothing
 -- moves it.
 --
@@ -31,6 +34,14 @@
 -- faster past it, which finds a limit that has grown. Each overload costs
 -- the fleet its Retry-After's pause, so the plateau is long: a doubled
 -- limit is found in about 2.8 ADAPT_K_US.
+--
+-- An upstream that advertises its quota (a limit per window: Advertise)
+-- says where the probing would end: r is set to it at once, within the
+-- bounds, and grows no further while it stands; a 429 does not cut it
+-- (pause.lua cuts the limit instead: the headers speak for the rate, and
+-- a quota spent, by this fleet or others sharing it, pauses until its
+-- reset). A new advertisement replaces the last, up or down; clearing
+-- the learned state (SetRate's zero) forgets it.
 
 -- A learned rate's keys live ADAPT_KEEP_MS after its last move (a name
 -- used by key, per customer or host, would keep them forever): a state
@@ -45,14 +56,17 @@ local ADAPT_HOLD_US = 1000000
 -- The state of v (a table), or nil for none or a pin.
 local function adapt_parse(v)
   if not v or v == 'pin' then return nil end
-  local lo, hi, r, wmax, t_over, t_move, hold = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local lo, hi, r, wmax, t_over, t_move, hold, adv = string.match(v, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$')
   if not lo then return nil end
-  return {min = lo + 0, max = hi + 0, r = r + 0, wmax = wmax + 0, t_over = t_over + 0, t_move = t_move + 0, hold = hold + 0}
+  return {min = lo + 0, max = hi + 0, r = r + 0, wmax = wmax + 0, t_over = t_over + 0, t_move = t_move + 0, hold = hold + 0,
+    adv = tonum(adv) or 0}
 end
 
 local function adapt_string(s)
-  return fmt(s.min) .. ' ' .. fmt(s.max) .. ' ' .. format('%.3f %.3f', s.r, s.wmax) .. ' ' ..
+  local v = fmt(s.min) .. ' ' .. fmt(s.max) .. ' ' .. format('%.3f %.3f', s.r, s.wmax) .. ' ' ..
     fmt(s.t_over) .. ' ' .. fmt(s.t_move) .. ' ' .. fmt(s.hold)
+  if (s.adv or 0) > 0 then v = v .. ' ' .. format('%.6g', s.adv) end
+  return v
 end
 
 -- The events per per_ns that the fleet rate applies for s.
@@ -76,6 +90,7 @@ local function adapt_up(s, now, n)
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
     r = min(r, s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x))
   end
+  if (s.adv or 0) > 0 then r = min(r, s.adv) end
   r = min(max(r, s.r), s.max)
   if floor(r) == floor(s.r) then return false end
   s.r, s.t_move = r, now
@@ -98,4 +113,12 @@ local function adapt_down(s, now, until_us)
   s.t_over, s.t_move = now, now
   s.hold = max(until_us, now + ADAPT_HOLD_US)
   return true
+end
+
+-- Sets s at now to adv, the rate the upstream advertises, within the
+-- bounds (see above); returns whether the events applied changed.
+local function adapt_advertise(s, now, adv)
+  local was = adapt_events(s)
+  s.adv, s.r, s.t_move = adv, min(max(adv, s.min), s.max), now
+  return adapt_events(s) ~= was
 end

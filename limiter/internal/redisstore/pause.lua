@@ -12,10 +12,14 @@
 --         (store.PauseChannel), '' for none
 -- ARGV[4] overload: 1 the upstream refused (a 429 or 503): a learned rate
 --         is cut too (adapt.lua), and d_us may be 0 (no pause)
+-- ARGV[5] advertised: '' none; else "events per_ns", the rate the
+--         upstream advertises (Advertise), which a learned rate takes
+--         (adapt.lua); d_us may then be 0 (no pause)
 local d_us = ARGV[1]
 local own = ARGV[2]
 local notice = ARGV[3]
 local overload = ARGV[4] == '1'
+local advertised = ARGV[5]
 
 -- Pauses the name until d_us from now on the server's clock, unless it
 -- is paused longer already (two 429s never shorten each other's pause).
@@ -70,6 +74,24 @@ local function cut_learned(keys, now, until_us)
   return max(events / cut, 1)
 end
 
+-- Sets the learned rate of KEYS (adapt.lua) at now to the one the
+-- upstream advertises, adv_events per adv_ns; returns the old rate over
+-- the new (1: not lower).
+local function advertise_learned(keys, now, adv_events, adv_ns)
+  local st = redis.call('MGET', keys[7], keys[8])
+  local s = st[1] and adapt_parse(st[2])
+  if not s then return 1 end
+  local events, per_ns, burst = string.match(st[1], '^(%d+) (%d+) (%d+)$')
+  if not adapt_advertise(s, now, adv_events * per_ns / adv_ns) then
+    redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
+    return 1
+  end
+  local now_events = adapt_events(s)
+  redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
+  redis.call('SET', keys[7], fmt(now_events) .. ' ' .. per_ns .. ' ' .. burst, 'PX', ADAPT_KEEP_MS)
+  return max(events / now_events, 1)
+end
+
 if d_us == 'lift' then
   redis.call('DEL', KEYS[4])
   local st = redis.call('HMGET', KEYS[2], 'total', 'limit')
@@ -94,12 +116,26 @@ local moved = until_us - max(now, was)
 -- upstream took less than either).
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
+if advertised ~= '' then
+  -- A lower rate re-paces what was reserved at the old one, as a cut.
+  local e, p = string.match(advertised, '^(%d+) (%d+)$')
+  scale = advertise_learned(KEYS, now, e + 0, p + 0)
+end
+--
+-- A rate the upstream advertises (adapt.lua's adv) is its quota's: the
+-- overload is then the calls at once', and only the limit is cut (a
+-- spent quota is answered by the pause until its reset: httplimit).
 if overload and was <= now then
   local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
   local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
   local rate_full = tat and tat > now
-  if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
-  if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  local rs = adapt_parse(redis.call('GET', KEYS[8]))
+  if rs and rs.adv > 0 then
+    cut_learned_limit(KEYS, st[1], now, until_us)
+  else
+    if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
+    if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  end
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then

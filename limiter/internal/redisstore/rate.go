@@ -84,24 +84,29 @@ func (s *Store) SetRate(ctx context.Context, k store.Keyspace, r store.Rate) err
 }
 
 // Pause runs pause.lua once.
-func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, overload bool, channel, notice string) (time.Duration, []string, error) {
+func (s *Store) Pause(ctx context.Context, k store.Keyspace, d time.Duration, overload bool, adv store.Rate, channel, notice string) (time.Duration, []string, error) {
 	// Whole µs, rounded up: a pause shorter than one is a pause of one.
 	us := any("lift")
 	switch {
 	case d > 0:
 		us = (d + time.Microsecond - 1).Microseconds()
-	case overload:
-		us = 0 // no pause: the cut alone
+	case overload || adv.Events > 0:
+		us = 0 // no pause: the cut, or the advertised rate, alone
 	}
 	over := "0"
 	if overload {
 		over = "1"
 	}
+	advertised := ""
+	if adv.Events > 0 {
+		advertised = fmt.Sprintf("%d %d", adv.Events, adv.Per.Nanoseconds())
+	}
 	v, err := s.run(ctx, pauseScript, k,
-		us,      // d_us
-		channel, // own
-		notice,  // notice
-		over,    // overload
+		us,         // d_us
+		channel,    // own
+		notice,     // notice
+		over,       // overload
+		advertised, // advertised
 	).Slice()
 	if err != nil || len(v) == 0 {
 		return 0, nil, err

@@ -2,11 +2,12 @@ package store
 
 import (
 	"context"
-	"github.com/redsem/redsem/internal/glob"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redsem/redsem/internal/glob"
 )
 
 // Rates is implemented by a Store that keeps fleet-wide rates: one Redis
@@ -31,8 +32,10 @@ type Rates interface {
 	// pause and wakes the waiters that fit, returning the caller's own
 	// (channel). It returns how long the name is paused for.
 	// overload: the upstream refused, and a learned rate is cut too
-	// (adapt.lua); d may then be 0 (no pause).
-	Pause(ctx context.Context, k Keyspace, d time.Duration, overload bool, channel, notice string) (left time.Duration, woken []string, err error)
+	// (adapt.lua); d may then be 0 (no pause). adv (Events > 0): the
+	// rate the upstream advertises, which a learned rate takes
+	// (adapt.lua); d may then be 0 too.
+	Pause(ctx context.Context, k Keyspace, d time.Duration, overload bool, adv Rate, channel, notice string) (left time.Duration, woken []string, err error)
 }
 
 // Rate is at most Burst events at once and Events per Per on average.

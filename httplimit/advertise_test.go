@@ -1,0 +1,218 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redsem/redsem/httplimit"
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
+)
+
+// quotaAPI is an upstream with a quota of calls per fixed window of a
+// second, which it advertises on every answer (the IETF draft's
+// RateLimit-Policy and combined RateLimit fields, the reset in ms, as
+// Discord's X-RateLimit-Reset-After has them), and a 429 with
+// Retry-After: 1 past it. It counts both per 100ms.
+type quotaAPI struct {
+	quota int
+	start time.Time
+
+	mu       sync.Mutex
+	win      int64 // the window's second since the Unix epoch
+	used     int
+	accepted map[int]int // per 100ms bucket
+	refused  map[int]int
+}
+
+func newQuotaAPI(quota int) *quotaAPI {
+	return &quotaAPI{quota: quota, start: time.Now(), accepted: map[int]int{}, refused: map[int]int{}}
+}
+
+func (q *quotaAPI) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	now := time.Now()
+	q.mu.Lock()
+	if s := now.Unix(); s != q.win {
+		q.win, q.used = s, 0
+	}
+	bucket := int(now.Sub(q.start) / (100 * time.Millisecond))
+	ok := q.used < q.quota
+	if ok {
+		q.used++
+		q.accepted[bucket]++
+	} else {
+		q.refused[bucket]++
+	}
+	left := q.quota - q.used
+	q.mu.Unlock()
+	reset := time.Unix(now.Unix()+1, 0).Sub(now)
+	w.Header().Set("RateLimit-Policy", fmt.Sprintf("%d;w=1", q.quota))
+	w.Header().Set("RateLimit", fmt.Sprintf("limit=%d, remaining=%d, reset=%.3f", q.quota, left, reset.Seconds()))
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+}
+
+// counts are the calls accepted and refused from..to after its start.
+func (q *quotaAPI) counts(from, to time.Duration) (accepted, refused int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for b := int(from / (100 * time.Millisecond)); b < int(to/(100*time.Millisecond)); b++ {
+		accepted += q.accepted[b]
+		refused += q.refused[b]
+	}
+	return accepted, refused
+}
+
+// Three processes whose Transports learn their rate from 5/s (bounded by
+// 200/s) against an upstream that advertises its quota of 40 a second go
+// straight to it: no call is refused, and over the last 3 of 6 seconds
+// the upstream serves most of its 40/s. Without the headers read, the
+// slow start would probe past 40/s with 429s.
+func TestTransportGoesToTheAdvertisedRateAcrossProcesses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up := newQuotaAPI(40)
+	ts := httptest.NewServer(up)
+	defer ts.Close()
+	const secs = 6
+	var cmds []*exec.Cmd
+	for range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), redistest.ChildEnv+"=learn-client", "HTTPLIMIT_REDIS="+srv.Addr(),
+			"HTTPLIMIT_URL="+ts.URL, "HTTPLIMIT_SECS="+strconv.Itoa(secs))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accepted, _ := up.counts((secs-3)*time.Second, secs*time.Second)
+	_, refused := up.counts(0, (secs+1)*time.Second)
+	t.Logf("last 3s: %d accepted (%.1f/s); %d refused in all", accepted, float64(accepted)/3, refused)
+	if refused > 0 {
+		t.Errorf("the upstream refused %d calls, want none: the fleet probed past the advertised quota", refused)
+	}
+	if accepted < 3*36 {
+		t.Errorf("the upstream accepted %.1f/s over the last 3s, want at least 36 of its advertised 40/s", float64(accepted)/3)
+	}
+}
+
+// An answer (a 200, no 429) that says the quota is spent, with a reset 2s
+// ahead, pauses the name for another process until the reset: its
+// request, sent right after, reaches the upstream about 2s later, though
+// its rate alone would let it through at once.
+func TestTransportPausesOnSpentQuotaAcrossProcesses(t *testing.T) {
+	e := newEnv(t)
+	arrived := make(chan time.Time, 1)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/spent" {
+			w.Header().Set("RateLimit-Limit", "100")
+			w.Header().Set("RateLimit-Remaining", "0")
+			w.Header().Set("RateLimit-Reset", "2")
+			return
+		}
+		arrived <- time.Now()
+	})
+	rt := transport(t, e.lc, httplimit.TransportConfig{Name: "paused", Rate: rate100})
+	resp, err := httpClient(t, rt).Get(up.URL + "/spent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	told := time.Now()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), redistest.ChildEnv+"=rate-client", "HTTPLIMIT_REDIS="+e.srv.Addr(), "HTTPLIMIT_URL="+up.URL)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	at := <-arrived
+	if d := at.Sub(told); d < 1900*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("the other process's request arrived %v after the spent quota, want about 2s (the reset)", d)
+	}
+}
+
+// scriptCalls counts the scripts a Client sends by EVALSHA or EVAL: the
+// pause, cut and advertisement (pause.lua) among them; reservations go
+// by FCALL.
+type scriptCalls struct{ n atomic.Int64 }
+
+func (s *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// An EVALSHA of a script the server had not loaded is sent again
+		// by EVAL: one call.
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+			s.n.Add(1)
+		}
+		return err
+	}
+}
+func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A quota advertised alike on every answer is told to Redis once, and
+// the first answer's spent quota pauses: 40 answers cost two script
+// calls, not 40. The learned rate takes the quota.
+func TestTransportTellsAnAdvertisementOnce(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	calls := &scriptCalls{}
+	rdb.AddHook(calls)
+	lc := redistest.Limiter(t, rdb)
+	var answers atomic.Int64
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit-Policy", `"default";q=600;w=60`)
+		left := 0
+		if answers.Add(1) > 1 {
+			left = 5
+		}
+		w.Header().Set("RateLimit", fmt.Sprintf(`"default";r=%d;t=1`, left))
+	})
+	rt := transport(t, lc, httplimit.TransportConfig{Name: "once",
+		Rate: limiter.Rate{Events: 1000, Per: time.Second, Burst: 1000}}, httplimit.LimiterOptions(limiter.Adaptive(1, 500)))
+	hc := httpClient(t, rt)
+	if _, err := inspect.New(lc).Rate(ctxT(t, 5*time.Second), "warm-up"); err != nil { // the Client's own calls, before counting
+		t.Fatal(err)
+	}
+	before := calls.n.Load()
+	for range 40 {
+		resp, err := hc.Get(up.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := calls.n.Load() - before; n != 2 {
+		t.Errorf("40 answers advertising one quota, spent, sent %d scripts besides reservations, want 2 (advertise, pause)", n)
+	}
+	st, err := inspect.New(lc).Rate(ctxT(t, 5*time.Second), hostName("once", up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Fleet.Events != 10 || st.Learned == nil {
+		t.Errorf("after 600/min advertised the fleet rate is %d/s (%+v), want 10", st.Fleet.Events, st.Learned)
+	}
+}

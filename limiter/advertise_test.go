@@ -1,0 +1,149 @@
+package limiter_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redsem/redsem/internal/redistest"
+	"github.com/redsem/redsem/limiter"
+	"github.com/redsem/redsem/limiter/inspect"
+)
+
+// An advertised quota sets a learned rate at once, in the rate's own
+// unit (600/min is 10/s), within its bounds (above the max: the max), and
+// the rate grows no further while every event waits.
+func TestAdvertiseSetsTheLearnedRate(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-set")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 100, 2)
+	insp := inspect.New(clientFor(t, b.client(t)))
+	if err := rl.Wait(ctx); err != nil { // the first reservation writes the state
+		t.Fatal(err)
+	}
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 600, Per: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if events, l := fleetEvents(t, insp, name); events != 10 || l == nil || l.Value != 10 {
+		t.Fatalf("after 600/min advertised the fleet rate is %d/s (%+v), want 10/s", events, l)
+	}
+	// All used for a second and a half: the slow start would double it.
+	end := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				if err := rl.Wait(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if events, _ := fleetEvents(t, insp, name); events != 10 {
+		t.Errorf("all used under an advertised 10/s the fleet rate grew to %d/s, want 10", events)
+	}
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 500, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if events, _ := fleetEvents(t, insp, name); events != 100 {
+		t.Errorf("after 500/s advertised the fleet rate is %d/s, want the max, 100", events)
+	}
+}
+
+// A lower advertised rate re-paces what was reserved at the old one, as
+// an overload's cut does.
+func TestAdvertiseLowerRepacesReservations(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-repace")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 50, 50)
+	rs, at := reserveAhead(t, rl, 8) // now, +20ms ... +140ms
+	awaitPauseListeners(t, b.client(t), 1)
+	if err := inspect.New(clientFor(t, b.client(t))).Advertise(ctx, name, limiter.Rate{Events: 25, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	last := len(rs) - 1
+	redistest.Eventually(t, 5*time.Second, "the last reservation re-paced", func() bool {
+		return rs[last].Time().Sub(at[last]) > 60*time.Millisecond
+	})
+	if gap := rs[last].Time().Sub(rs[last-1].Time()); gap < 38*time.Millisecond || gap > 42*time.Millisecond {
+		t.Errorf("the last two reservations are %v apart after 25/s was advertised, want 40ms", gap)
+	}
+}
+
+// A fixed rate ignores an advertisement; a bad quota is refused by name.
+func TestAdvertiseFixedRateAndBadInput(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-fixed")
+	ctx := ctxT(t, 10*time.Second)
+	c := clientFor(t, b.client(t))
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 50, Per: time.Second, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insp := inspect.New(c)
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 10, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := insp.Rate(ctx, name); err != nil || st.Fleet.Events != 0 || st.Learned != nil {
+		t.Errorf("a fixed rate after an advertisement: %+v, %v; want no fleet rate, nothing learned", st, err)
+	}
+	for _, q := range []limiter.Rate{{}, {Events: 1}, {Events: -1, Per: time.Second}, {Events: 10, Per: 48 * time.Hour}} {
+		var ae *limiter.ArgumentError
+		if err := insp.Advertise(ctx, name, q); !errors.As(err, &ae) || ae.Arg[:1] != "q" {
+			t.Errorf("Advertise(%+v) = %v, want an *ArgumentError naming q", q, err)
+		}
+	}
+}
+
+// Under an advertised rate an overload cuts the learned limit, not the
+// rate, though the rate's next event is not free (without the
+// advertisement it would cut the rate: TestOverloadCutsWhatWasAllUsed).
+func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-which")
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 10, limiter.Adaptive(1, 50)) // starts at 10, its bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(ctx); err != nil { // the state
+		t.Fatal(err)
+	}
+	insp := inspect.New(c)
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 40, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	for range 3 { // the rate's next event is not free
+		if _, err := rl.ReserveN(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := insp.Limit(ctx, name)
+	events, _ := fleetEvents(t, insp, name)
+	if limit != 6 || events != 40 {
+		t.Errorf("after an overload under an advertised 40/s: limit %d, rate %d/s; want 6 (10 cut) and 40 (left)", limit, events)
+	}
+}
