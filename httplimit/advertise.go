@@ -11,14 +11,25 @@ import (
 )
 
 // heard is what this process last told the fleet of one name's
-// advertised quota, so that a signal goes to Redis once, not with every
-// response that repeats it. It lives in the name's cached gate: a name
-// past the cache's bound signals with each response that advertises.
+// advertised quota, so that a signal goes to Redis once (and once per
+// retellEvery), not with every response that repeats it. It lives in the
+// name's cached gate: a name past the cache's bound signals with each
+// response that advertises.
 type heard struct {
 	mu     sync.Mutex
 	quota  limiter.Rate // the quota last advertised (zero: none)
+	told   time.Time    // when it was
 	paused time.Time    // the end of the pause set for a spent quota
 }
+
+// retellEvery is how often a quota that stands is told again: Redis may
+// have forgotten it (a restart that emptied it, or the day without a
+// move after which a learned rate's keys expire, which under a steady
+// quota is every day), and the learned rate would then start again from
+// its start and probe for the quota with 429s. Telling the same quota
+// again moves nothing (and keeps the keys). As the in-use records, every
+// 10s.
+const retellEvery = 10 * time.Second
 
 // answered acts on resp, the upstream's answer to req: a 429 or 503
 // pauses and cuts (pauseOn); the rate limit headers it advertises are
@@ -50,8 +61,8 @@ func hasAdvertised(h http.Header) bool {
 }
 
 // advertise tells the fleet the quota adv advertises, a limit per
-// window, when it is not the one this process told last
-// (inspect.Inspector.Advertise: a learned rate takes it, within its
+// window, when it is not the one this process told last, or was told
+// retellEvery ago (inspect.Inspector.Advertise: a learned rate takes it, within its
 // bounds, instead of probing for it with 429s). A window past a day is
 // taken as its share of a day (a Rate's longest Per). A failure is
 // logged, and told again with the next answer.
@@ -64,13 +75,15 @@ func (t *Transport) advertise(req *http.Request, name string, g gate, adv advert
 		q = limiter.Rate{Events: int64(float64(q.Events) * float64(day) / float64(q.Per)), Per: day}
 	}
 	h := g.heard
+	now := time.Now()
 	h.mu.Lock()
-	last := h.quota
-	h.quota = q // before the call: the answers in flight with it send nothing
-	h.mu.Unlock()
-	if q == last {
+	last, lastTold := h.quota, h.told
+	if q == last && now.Sub(lastTold) < retellEvery {
+		h.mu.Unlock()
 		return
 	}
+	h.quota, h.told = q, now // before the call: the answers in flight with it send nothing
+	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
 	defer cancel()
 	err := t.inspector.Advertise(ctx, name, q)
@@ -81,8 +94,8 @@ func (t *Transport) advertise(req *http.Request, name string, g gate, adv advert
 		// or faster than one a µs) is ignored.
 	default:
 		h.mu.Lock()
-		if h.quota == q {
-			h.quota = last
+		if h.quota == q && h.told == now {
+			h.quota, h.told = last, lastTold
 		}
 		h.mu.Unlock()
 		t.logger.Warn("httplimit: advertised rate not set", "name", name, "quota", q, "err", err)

@@ -216,3 +216,53 @@ func TestTransportTellsAnAdvertisementOnce(t *testing.T) {
 		t.Errorf("after 600/min advertised the fleet rate is %d/s (%+v), want 10", st.Fleet.Events, st.Learned)
 	}
 }
+
+// A quota this process told Redis of is told again once Redis may have
+// forgotten it: after a restart that emptied it (or the day without a
+// move after which a learned rate's keys expire, which under a steady
+// advertisement is every day), the learned rate starts again from its
+// start, and the same answers must bring it back to the quota, not
+// leave it to probe for it with 429s.
+func TestTransportTellsTheQuotaAgainAfterRedisForgotIt(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	lc := redistest.Limiter(t, rdb)
+	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit-Policy", `"default";q=600;w=60`)
+		w.Header().Set("RateLimit", `"default";r=5;t=1`)
+	})
+	rt := transport(t, lc, httplimit.TransportConfig{Name: "forgot",
+		Rate: limiter.Rate{Events: 1000, Per: time.Second, Burst: 1000}}, httplimit.LimiterOptions(limiter.Adaptive(1, 500)))
+	hc := httpClient(t, rt)
+	get := func() {
+		resp, err := hc.Get(up.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	fleet := func() int64 {
+		st, err := inspect.New(lc).Rate(ctxT(t, 5*time.Second), hostName("forgot", up))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Fleet.Events
+	}
+	get()
+	if n := fleet(); n != 10 {
+		t.Fatalf("after 600/min advertised the fleet rate is %d/s, want 10", n)
+	}
+	if err := rdb.FlushAll(ctxT(t, 5*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		get()
+		if fleet() == 10 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("15s after Redis forgot the advertised quota, the fleet rate is %d/s, want 10 again", fleet())
+}

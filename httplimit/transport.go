@@ -83,8 +83,8 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 //
 // Any answer's advertised quota (RateLimit-Policy and RateLimit, the IETF
 // draft's fields old and new, or X-RateLimit-*: GitHub's) is read: a
-// quota per window goes to the fleet when it changes (one call per
-// process; inspect.Inspector.Advertise: a learned rate takes it), and a
+// quota per window goes to the fleet when it changes, and every 10s
+// while it stands (one call per process; inspect.Inspector.Advertise: a learned rate takes it), and a
 // spent one (remaining 0, a reset ahead) pauses the key until the reset,
 // as a 429 would, before the 429 (at most PauseOnRetryAfter's bound;
 // once per pause per process). A reset in whole seconds pauses up to a
