@@ -76,9 +76,10 @@
 // redlock.go), Semaphore (and Client.Mutex), the wait (wait.go), Lease (lease.go,
 // do.go), the handover and detaching (handover.go, detach.go), the
 // keep-alive (keepalive.go), wake-ups (wake.go), per-id state (ids.go),
-// the Inspector, and RateLimit (rate.go) with pauses and fleet rates
-// (pause.go; their store is internal/store.Rates, reserve.lua and its
-// siblings in redisstore). Where leases live is behind one interface,
+// and RateLimit (rate.go; its store is internal/store.Rates, reserve.lua
+// and its siblings in redisstore). The Inspector, with pauses and fleet
+// limits and rates, is package inspect, which reads the Client's parts
+// through internal/bridge (bridge.go). Where leases live is behind one interface,
 // internal/store.Store: internal/redisstore keeps them in one Redis
 // deployment and holds every command and Lua script; internal/quorum
 // keeps them on N independent nodes, each a redisstore.Store.

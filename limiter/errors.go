@@ -145,7 +145,7 @@ type BusyError struct {
 	// Rate: a RateLimit's; RetryIn is then how long the event would have
 	// had to wait, and Weight its cost.
 	Rate bool
-	// Paused: the name is paused (Inspector.Pause); RetryIn is at least
+	// Paused: the name is paused (inspect.Inspector.Pause); RetryIn is at least
 	// until the pause ends.
 	Paused   bool
 	timedOut bool
@@ -170,7 +170,7 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 
 // fleetHeld is the fleet limit that kept r out when it is below r's own
 // limit and the permits in use left room for r under its own (0 if not):
-// what Inspector.Why calls ReasonFleetLimit, less the waiters ahead, which
+// what inspect.Inspector.Why calls ReasonFleetLimit, less the waiters ahead, which
 // the reply does not count.
 func fleetHeld(r store.AcquireRequest, rep store.AcquireReply) int64 {
 	if rep.Limit <= 0 || rep.Limit >= r.Limit || rep.InUse+r.Weight <= rep.Limit || rep.InUse+r.Weight > r.Limit {
@@ -184,7 +184,7 @@ func fleetHeld(r store.AcquireRequest, rep store.AcquireReply) int64 {
 // learned, below the Semaphore's own, where the permits in use left room
 // under its own), else ReasonFull. RetryIn is then exactly until the
 // pause, the quarantine or the rate's slot ends; otherwise it is the
-// earliest expiry, a lower bound (Inspector.Why estimates the wait from
+// earliest expiry, a lower bound (inspect.Inspector.Why estimates the wait from
 // the queue, at the cost of a read this error does not make).
 func (e *BusyError) Reason() Reason {
 	switch {

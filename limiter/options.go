@@ -109,7 +109,7 @@ func TTL(d time.Duration) NameOption { return nameOption(func(c *config) { c.ttl
 // taken, or a reservation that has to wait, lets it grow by its weight:
 // doubling with each round of calls until the first overload, then back
 // towards the last overload's value and past it (CUBIC's curve);
-// Inspector.Overload (a 429 or 503: httplimit and asynqmw call it) cuts
+// inspect.Inspector.Overload (a 429 or 503: httplimit and asynqmw call it) cuts
 // it, once per episode for the whole fleet. One state per name in Redis,
 // moved only by the scripts on the server's clock: N processes' signals
 // meet there, and every process applies what it holds (a Redis failure
@@ -393,7 +393,7 @@ func Weight(n int64) AcquireOption { return func(o *acquireOptions) { o.weight =
 // Semaphore's AcquireTimeout, with the same meaning and errors (0: only
 // the context bounds it): a caller whose wait is part of a longer budget
 // (a task's, a request's) passes what is left of it, and still hears a
-// *BusyError, with Paused set while the name is paused (Inspector.Pause),
+// *BusyError, with Paused set while the name is paused (inspect.Inspector.Pause),
 // rather than its context's end. TryAcquire ignores it. A negative d
 // gives an *ArgumentError naming "MaxWait".
 func MaxWait(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.maxWait = &d } }

@@ -262,7 +262,7 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 
 // Reservation is the time an event was given by a RateLimit.
 //
-// A pause of the name (Inspector.Pause: an upstream's 429) set after the
+// A pause of the name (inspect.Inspector.Pause: an upstream's 429) set after the
 // time was reserved moves it on: the pause moves the name's whole
 // schedule by what it added, in Redis, and tells every Client by pub/sub;
 // each moves its reservations whose time has not come, so the events

@@ -22,7 +22,7 @@ const maxLimit = store.MaxLimit
 //
 // Processes may disagree on the limit; each acquisition is checked against
 // the limit of the Semaphore that asks, unless a fleet-wide limit was
-// stored with Inspector.SetLimit, which every process then obeys.
+// stored with inspect.Inspector.SetLimit, which every process then obeys.
 type Semaphore struct {
 	c     *Client
 	name  string
@@ -36,7 +36,7 @@ type Semaphore struct {
 func (s *Semaphore) Name() string { return s.name }
 
 // Limit returns the limit the Semaphore was made with; a limit stored with
-// Inspector.SetLimit overrides it.
+// inspect.Inspector.SetLimit overrides it.
 func (s *Semaphore) Limit() int64 { return s.limit }
 
 // request checks one acquisition's arguments and returns its request and

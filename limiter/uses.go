@@ -14,7 +14,7 @@ import (
 // The limits in use: each Client records in Redis, per name, the limit of
 // the Semaphores and the rate of the RateLimits it used lately, so that
 // operators see what a name runs at when that lives only in code
-// (Inspector.InUse). The refresher writes them, all of them every
+// (inspect.Inspector.InUse). The refresher writes them, all of them every
 // usePeriod while any is used, and a value new to the Client within
 // freshDelay: never a call per acquire. A record lasts useTTL unless
 // written again, so a dead process's go with it.
