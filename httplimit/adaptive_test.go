@@ -70,6 +70,28 @@ func (h *hiddenRate) counts(from, to time.Duration) (accepted, refused int) {
 	return accepted, refused
 }
 
+// runLearnChildren runs n runLearnChild processes against the Redis at
+// addr and the upstream at url for secs seconds, and waits for them.
+func runLearnChildren(t *testing.T, n int, addr, url string, secs int) {
+	t.Helper()
+	var cmds []*exec.Cmd
+	for range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), redistest.ChildEnv+"=learn-client", "HTTPLIMIT_REDIS="+addr,
+			"HTTPLIMIT_URL="+url, "HTTPLIMIT_SECS="+strconv.Itoa(secs))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // runLearnChild calls HTTPLIMIT_URL from 6 goroutines for HTTPLIMIT_SECS
 // seconds through a Transport whose rate is learned from 5/s, up to 200/s.
 func runLearnChild() int {
@@ -122,22 +144,7 @@ func TestTransportLearnsTheRateAcrossProcesses(t *testing.T) {
 	ts := httptest.NewServer(up)
 	defer ts.Close()
 	const secs, last = 16, 6
-	var cmds []*exec.Cmd
-	for range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), redistest.ChildEnv+"=learn-client", "HTTPLIMIT_REDIS="+srv.Addr(),
-			"HTTPLIMIT_URL="+ts.URL, "HTTPLIMIT_SECS="+strconv.Itoa(secs))
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, cmd)
-	}
-	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	runLearnChildren(t, 3, srv.Addr(), ts.URL, secs)
 	// The children's last seconds, whenever a loaded machine let them
 	// start: they stopped calling at most about 0.5s before they exited.
 	done := time.Since(up.start)

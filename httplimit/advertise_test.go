@@ -6,9 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,22 +87,7 @@ func TestTransportGoesToTheAdvertisedRateAcrossProcesses(t *testing.T) {
 	ts := httptest.NewServer(up)
 	defer ts.Close()
 	const secs = 6
-	var cmds []*exec.Cmd
-	for range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), redistest.ChildEnv+"=learn-client", "HTTPLIMIT_REDIS="+srv.Addr(),
-			"HTTPLIMIT_URL="+ts.URL, "HTTPLIMIT_SECS="+strconv.Itoa(secs))
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, cmd)
-	}
-	for _, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	runLearnChildren(t, 3, srv.Addr(), ts.URL, secs)
 	// The children's last 3s, whenever a loaded machine let them start:
 	// they stopped calling at most about 0.5s before they all exited.
 	done := time.Since(up.start)
@@ -117,40 +99,6 @@ func TestTransportGoesToTheAdvertisedRateAcrossProcesses(t *testing.T) {
 	}
 	if accepted < 3*36 {
 		t.Errorf("the upstream accepted %.1f/s over the last 3s, want at least 36 of its advertised 40/s", float64(accepted)/3)
-	}
-}
-
-// An answer (a 200, no 429) that says the quota is spent, with a reset 2s
-// ahead, pauses the name for another process until the reset: its
-// request, sent right after, reaches the upstream about 2s later, though
-// its rate alone would let it through at once.
-func TestTransportPausesOnSpentQuotaAcrossProcesses(t *testing.T) {
-	e := newEnv(t)
-	arrived := make(chan time.Time, 1)
-	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/spent" {
-			w.Header().Set("RateLimit-Limit", "100")
-			w.Header().Set("RateLimit-Remaining", "0")
-			w.Header().Set("RateLimit-Reset", "2")
-			return
-		}
-		arrived <- time.Now()
-	})
-	rt := transport(t, e.lc, httplimit.TransportConfig{Name: "paused", Rate: rate100})
-	resp, err := httpClient(t, rt).Get(up.URL + "/spent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	told := time.Now()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), redistest.ChildEnv+"=rate-client", "HTTPLIMIT_REDIS="+e.srv.Addr(), "HTTPLIMIT_URL="+up.URL)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	at := <-arrived
-	if d := at.Sub(told); d < 1900*time.Millisecond || d > 4*time.Second {
-		t.Fatalf("the other process's request arrived %v after the spent quota, want about 2s (the reset)", d)
 	}
 }
 

@@ -164,35 +164,52 @@ func runRateChild() int {
 	return 0
 }
 
-// A 429 with Retry-After: 2 through one process's Transport pauses the
-// upstream's name for another process: its request, sent right after,
-// reaches the upstream only when the pause ends, though its rate alone
-// would let it through at once.
+// An answer through one process's Transport that says to wait 2s pauses
+// the upstream's name for another process: its request, sent right
+// after, reaches the upstream only when the pause ends, though its rate
+// alone would let it through at once. Either a 429 with Retry-After: 2,
+// or a 200 whose headers say the quota is spent until a reset 2s ahead.
 func TestTransportPauseAcrossProcesses(t *testing.T) {
-	e := newEnv(t)
-	arrived := make(chan time.Time, 1)
-	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/limited" {
+	for _, c := range []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+	}{
+		{"429", func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "2")
 			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		arrived <- time.Now()
-	})
-	rt := transport(t, e.lc, httplimit.TransportConfig{Name: "paused", Rate: rate100})
-	resp, err := httpClient(t, rt).Get(up.URL + "/limited")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	told := time.Now()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), redistest.ChildEnv+"=rate-client", "HTTPLIMIT_REDIS="+e.srv.Addr(), "HTTPLIMIT_URL="+up.URL)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	at := <-arrived
-	if d := at.Sub(told); d < 1900*time.Millisecond || d > 4*time.Second {
-		t.Fatalf("the other process's request arrived %v after the 429, want about 2s (the Retry-After)", d)
+		}},
+		{"spent-quota", func(w http.ResponseWriter) {
+			w.Header().Set("RateLimit-Limit", "100")
+			w.Header().Set("RateLimit-Remaining", "0")
+			w.Header().Set("RateLimit-Reset", "2")
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			arrived := make(chan time.Time, 1)
+			up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/limited" {
+					c.answer(w)
+					return
+				}
+				arrived <- time.Now()
+			})
+			rt := transport(t, e.lc, httplimit.TransportConfig{Name: "paused", Rate: rate100})
+			resp, err := httpClient(t, rt).Get(up.URL + "/limited")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			told := time.Now()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), redistest.ChildEnv+"=rate-client", "HTTPLIMIT_REDIS="+e.srv.Addr(), "HTTPLIMIT_URL="+up.URL)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			at := <-arrived
+			if d := at.Sub(told); d < 1900*time.Millisecond || d > 4*time.Second {
+				t.Fatalf("the other process's request arrived %v after the answer, want about 2s", d)
+			}
+		})
 	}
 }
