@@ -147,9 +147,7 @@ local first -- the earliest live lease, when the sweep read it
 local behind = false -- a newcomer behind a live waiter: no sweep
 if not conflict and total + weight > limit then
   if queue and not mine and wait ~= '' then -- (a request that never queues asks nothing)
-    local live = false
-    local told = walk_queue(KEYS, now_ms, function() live = true; return true end, nil, 1)
-    if live or not told then ahead, behind = 1, true end
+    if live_ahead(KEYS, now_ms) ~= false then ahead, behind = 1, true end
     queue = false
   end
   if not behind then
