@@ -109,7 +109,13 @@ end
 local function clock_string()
   if not clock_s then
     now_us()
-    clock_s = clock_t[1] .. string.sub('00000' .. clock_t[2], -6)
+    local us = clock_t[2]
+    -- Six digits but in a tenth of the seconds: one concatenation.
+    if #us == 6 then
+      clock_s = clock_t[1] .. us
+    else
+      clock_s = clock_t[1] .. string.sub('00000' .. us, -6)
+    end
   end
   return clock_s
 end
