@@ -376,7 +376,8 @@ end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
 -- in order, as records {id, channel, w (weight), hand (direct-grant ttl),
--- exp (expiry), own_limit, woken, ws (weight as a string)} (direct-grant ttl 0 for one heavier than the
+-- exp (expiry), own_limit, woken (UNREAD: see walk_queue's lazy), ws
+-- (weight as a string)} (direct-grant ttl 0 for one heavier than the
 -- limit), up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
