@@ -19,7 +19,7 @@ go build -o /tmp/redsem-instr .
 port=${PORT:-6398} tmp=$(mktemp -d)
 redis-server --port $port --save '' --appendonly no --daemonize yes >/dev/null
 for _ in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
-(timeout 60 redis-cli -p $port monitor >$tmp/monitor || true) &
+(timeout 60 redis-cli -p $port monitor >$tmp/monitor 2>/dev/null || true) &
 sleep 0.5
 /tmp/redsem-instr -lib contended8 -n 400 -addr 127.0.0.1:$port >/dev/null
 sleep 0.5
