@@ -59,22 +59,33 @@ local field = ':' .. id
 local now = now_us()
 local now_ms = floor(now / 1000)
 local exp = now_ms + ttl_ms
--- One read for everything the common paths need ('?' and '!' alone, when
--- this request does not queue, are never fields).
-local st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'limit', 'cap', 'seq', 'emptied', '!' .. wait, 'adapt')
+-- One read for everything the common paths need ('?' alone, when this
+-- request does not queue, is never a field). Each field read costs ~2-3k
+-- instructions, one written ~1.5k: the limit of the last grant is not
+-- read but written with every grant, and the waiter's wake-up marker not
+-- read but reset with every requeue (below). A learned limit's state is
+-- read here only by a Client that learns; beside a fleet limit, below.
+local st
+if learn == '' then
+  st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'cap', 'seq', 'emptied')
+else
+  st = redis.call('HMGET', KEYS[2], 'total', 'token', 'keyexp', field, '?' .. wait, 'cap', 'seq', 'emptied', 'adapt')
+end
 -- keyexp is "inf" while a fleet limit is set (setlimit.lua): tonumber
 -- reads it as infinity, so no expiry is ever set.
 local total, last, keyexp = num(st[1]) or 0, num(st[2]) or 0, num(st[3]) or 0
 local mine = wait ~= '' and st[5]
 -- A fleet-wide limit stored by SetLimit overrides the asking Semaphore's
 -- (not on a quorum's nodes: its size is made for the asking limit).
-local cap = fifo and st[7]
+local cap = fifo and st[6]
+local adapt = st[9]
+if cap and learn == '' then adapt = redis.call('HGET', KEYS[2], 'adapt') end
 -- A learned limit (adapt.lua) is the fleet limit, its state beside it
 -- ('adapt'), started by the first learning Client; a fleet limit without
 -- a state is an operator's (SetLimit), and pins it as 'pin' does.
 local learned
-if fifo and learn ~= '' and st[11] ~= 'pin' and (st[11] or not cap) then
-  learned = adapt_parse(st[11])
+if fifo and learn ~= '' and adapt ~= 'pin' and (adapt or not cap) then
+  learned = adapt_parse(adapt)
   if not learned then
     local lo, start = string.match(learn, '^(%d+) (%d+)$')
     learned = {min = lo + 0, max = limit, r = start + 0, wmax = 0, t_over = 0, t_move = now, hold = 0}
@@ -84,7 +95,7 @@ if fifo and learn ~= '' and st[11] ~= 'pin' and (st[11] or not cap) then
 end
 -- A learned limit is no greater than the asking Semaphore's, its bound
 -- (a Client whose code lowered it, or that does not learn).
-if cap and st[11] and st[11] ~= 'pin' and cap + 0 > limit then cap = limit_s end
+if cap and adapt and adapt ~= 'pin' and cap + 0 > limit then cap = limit_s end
 local rule_s = cap or limit_s -- the limit a grant records
 if cap then
   limit = cap + 0
@@ -141,15 +152,13 @@ end
 -- keep-alives (refresh.lua sweeps): the permits expired leases free are
 -- the waiters' ahead first, and this newcomer, queued, hears of its turn
 -- from them. Dead entries on the way are dropped, as by any walk.
-local queue = fifo and not conflict and st[8] ~= st[9]
+local queue = fifo and not conflict and st[7] ~= st[8]
 local ahead = 0
 local first -- the earliest live lease, when the sweep read it
 local behind = false -- a newcomer behind a live waiter: no sweep
 if not conflict and total + weight > limit then
   if queue and not mine and wait ~= '' then -- (a request that never queues asks nothing)
-    local live = false
-    local told = walk_queue(KEYS, now_ms, function() live = true; return true end, nil, 1)
-    if live or not told then ahead, behind = 1, true end
+    if live_ahead(KEYS, now_ms) ~= false then ahead, behind = 1, true end
     queue = false
   end
   if not behind then
@@ -193,27 +202,24 @@ if fits and paused == 0 then
   local at = next_keyexp(exp, ttl_ms, keyexp)
   redis.call('ZADD', KEYS[1], fmt(exp), id)
   -- limit and weight are stored as they came (decimal from Go): no
-  -- formatting (the first lease's total is its weight); limit, keyexp
-  -- and emptied only when they change.
+  -- formatting (the first lease's total is its weight); the limit with
+  -- every grant (cheaper than reading whether it changed), keyexp and
+  -- emptied only when they change.
   local new_total = total == 0 and weight_s or int_string(total + weight)
   local rec = lease_record(weight_s, tok, owner)
-  local set_limit = st[6] ~= rule_s
-  local set_emptied = queue_seen_empty and st[8]
-  if not (set_limit or at or set_emptied) then
+  local set_emptied = queue_seen_empty and st[7]
+  if not (at or set_emptied) then
     -- The common grant: the writes as they are, no table to build.
-    redis.call('HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter)
+    redis.call('HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter, 'limit', rule_s)
   else
-    local set = {'HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter}
-    if set_limit then
-      set[9], set[10] = 'limit', rule_s
-    end
+    local set = {'HSET', KEYS[2], field, rec, 'total', new_total, 'token', counter, 'limit', rule_s}
     if at then
       local n = #set
       set[n + 1], set[n + 2] = 'keyexp', at
     end
     if set_emptied then
       local n = #set
-      set[n + 1], set[n + 2] = 'emptied', st[8]
+      set[n + 1], set[n + 2] = 'emptied', st[7]
     end
     redis.call(unpack(set))
   end
@@ -232,27 +238,17 @@ if wait ~= '' then
   local hand = '0'
   if fifo and direct_grant and wait == id then hand = ttl_ms_s end
   local rec = waiter_record(weight_s, fmt(wexp), hand, limit_s, quarantine_ms, own)
-  -- The wake-up that brought this attempt is spent: reset the marker
-  -- (pass_on), so that the next room wakes the waiter again. '' rather
-  -- than HDEL: it rides on this HSET.
-  local reset = st[10] and st[10] ~= ''
   if not mine then
     -- The ticket is the seq read above plus one, written with the record
     -- (the script runs alone: nobody took it meanwhile), one call less
-    -- than an HINCRBY of its own.
-    local seq = fmt((num(st[8]) or 0) + 1)
+    -- than an HINCRBY of its own. A newcomer has no wake-up marker to
+    -- reset: a marker is deleted with its record.
+    local seq = fmt((num(st[7]) or 0) + 1)
     redis.call('ZADD', KEYS[3], seq, wait)
     local at = next_keyexp(wexp, ttl_ms, keyexp)
-    if at or reset then
-      local set = {'HSET', KEYS[2], '?' .. wait, rec, 'seq', seq}
-      if reset then set[7], set[8] = '!' .. wait, '' end
-      if at then
-        local n = #set
-        set[n + 1], set[n + 2] = 'keyexp', at
-      end
-      redis.call(unpack(set))
+    if at then
+      redis.call('HSET', KEYS[2], '?' .. wait, rec, 'seq', seq, 'keyexp', at)
     else
-      -- The common enqueue: no table to build.
       redis.call('HSET', KEYS[2], '?' .. wait, rec, 'seq', seq)
     end
     if at then
@@ -263,10 +259,11 @@ if wait ~= '' then
       -- fleet limit is set).
       redis.call('PEXPIREAT', KEYS[3], st[3])
     end
-  elseif reset then
-    redis.call('HSET', KEYS[2], '?' .. wait, rec, '!' .. wait, '')
   else
-    redis.call('HSET', KEYS[2], '?' .. wait, rec)
+    -- The wake-up that brought this attempt is spent: reset the marker
+    -- (pass_on), so that the next room wakes the waiter again. '' rather
+    -- than HDEL, and unread: it rides on this HSET.
+    redis.call('HSET', KEYS[2], '?' .. wait, rec, '!' .. wait, '')
   end
 end
 -- The last token issued: a direct grant announced with a token no higher came

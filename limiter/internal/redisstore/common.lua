@@ -109,7 +109,13 @@ end
 local function clock_string()
   if not clock_s then
     now_us()
-    clock_s = clock_t[1] .. string.sub('00000' .. clock_t[2], -6)
+    local us = clock_t[2]
+    -- Six digits but in a tenth of the seconds: one concatenation.
+    if #us == 6 then
+      clock_s = clock_t[1] .. us
+    else
+      clock_s = clock_t[1] .. string.sub('00000' .. us, -6)
+    end
   end
   return clock_s
 end
@@ -291,7 +297,11 @@ end
 -- visit(id, weight, channel, direct-grant ttl, expiry, own limit, woken,
 -- weight as a string) for each live one until it returns true (woken: its
 -- '!' marker, when it was woken, or false).
--- The marker is read in the same HMGET as the record, and dropped with it.
+-- The marker is read in the same HMGET as the record, and dropped with it;
+-- but with lazy, a page of one reads the record alone (an HGET, half an
+-- HMGET of two) and passes woken as UNREAD, for the caller to read with
+-- woken_at when it needs it: a direct grant, the contended release,
+-- never does.
 -- Entries whose Client stopped keeping them alive are dropped on the way
 -- (keep excepted, dead or alive). now is the time in ms, or nil to read
 -- the clock only if the queue has entries. Returns false when the bound
@@ -302,7 +312,8 @@ end
 -- and table slots, which under contention cost more than the calls did:
 -- with 7 waiters queued, a page of 16 read 14 records of which one was
 -- used.
-local function walk_queue(keys, now, visit, keep, first)
+local UNREAD = {} -- a marker walk_queue left unread (lazy)
+local function walk_queue(keys, now, visit, keep, first, lazy)
   local dead, finished = nil, false -- dead: made when one is found
   local pos, size = 0, first or 16
   for _ = 1, 4 do
@@ -316,7 +327,9 @@ local function walk_queue(keys, now, visit, keep, first)
     end
     now = now or clock_ms()
     local vals
-    if #ids == 1 then -- the head alone (a page of one): no table to build
+    if #ids == 1 and lazy then
+      vals = {redis.call('HGET', keys[STATE], '?' .. ids[1]), UNREAD}
+    elseif #ids == 1 then -- the head alone (a page of one): no table to build
       vals = redis.call('HMGET', keys[STATE], '?' .. ids[1], '!' .. ids[1])
     else
       local fields = {}
@@ -332,7 +345,7 @@ local function walk_queue(keys, now, visit, keep, first)
       if ids[i] ~= keep and (not w or exp <= now) then
         dead = dead or {}
         dead[#dead + 1] = ids[i]
-      elseif visit(ids[i], w, channel, hand, exp, own_limit, tonum(vals[2 * i] or ''), ws) then
+      elseif visit(ids[i], w, channel, hand, exp, own_limit, vals[2 * i] == UNREAD and UNREAD or tonum(vals[2 * i] or ''), ws) then
         finished = true
         break
       end
@@ -363,7 +376,8 @@ end
 
 -- The waiters at the head of the queue whose weights fit in free permits,
 -- in order, as records {id, channel, w (weight), hand (direct-grant ttl),
--- exp (expiry), own_limit, woken, ws (weight as a string)} (direct-grant ttl 0 for one heavier than the
+-- exp (expiry), own_limit, woken (UNREAD: see walk_queue's lazy), ws
+-- (weight as a string)} (direct-grant ttl 0 for one heavier than the
 -- limit), up to the first that does not fit: strict
 -- FIFO, as golang.org/x/sync/semaphore, so a heavy waiter is never
 -- overtaken and cannot starve. A waiter heavier than the limit (lowered
@@ -389,7 +403,7 @@ local function fitting(keys, now_ms, free, limit, want_next)
     free = free - w
     fit[#fit + 1] = {id = id, channel = channel, w = w, hand = hand, exp = exp, own_limit = own_limit, woken = woken, ws = ws}
     return free <= 0 and not want_next
-  end, nil, first)
+  end, nil, first, not want_next)
   return fit, nxt
 end
 
@@ -505,6 +519,10 @@ local function pass_on(keys, now_ms, free, own, limit, g, moved)
     local msg = wait
     own_limit = g and g.cap or own_limit
     granting = granting and hand > 0 and g.total + fw <= own_limit + 0
+    -- Only a waiter not granted here needs its marker (walk_queue's lazy).
+    if not granting and woken == UNREAD then
+      woken = tonum(redis.call('HGET', keys[STATE], '!' .. wait) or '')
+    end
     if granting then
       granted_limit = own_limit
       -- The clock's own string when the clock is the token (no
@@ -590,6 +608,29 @@ local function queued_ahead(keys, now_ms, wait, limit)
     return false
   end, wait)
   if told then return sum end
+  return nil
+end
+
+-- Whether a live waiter is queued, for a newcomer that does not fit
+-- anyway: true, false, or nil when the walk's bound ran out before it
+-- could tell. A live head, the contended case, is told by its record's
+-- expiry alone (an HGET and one capture, where the walk reads the marker
+-- too and splits the whole record); any other head takes the walk, which
+-- drops the dead on its way. A record either parse_waiter format reads
+-- starts "w:exp:ttl:limit:".
+local function live_ahead(keys, now_ms)
+  local ids = redis.call('ZRANGE', keys[QUEUE], '0', '0')
+  if #ids == 0 then
+    queue_seen_empty = true
+    return false
+  end
+  local v = redis.call('HGET', keys[STATE], '?' .. ids[1])
+  local exp = v and string.match(v, '^%d+:(%d+):%d+:%d+:')
+  if exp and exp + 0 > now_ms then return true end
+  local live = false
+  local told = walk_queue(keys, now_ms, function() live = true; return true end, nil, 1, true)
+  if live then return true end
+  if told then return false end
   return nil
 end
 
