@@ -98,18 +98,31 @@ local function adapt_up(s, now, n)
 end
 
 -- Cuts s for an overload at now, unless it is held; until_us: the end of
--- the pause it asked for. Returns whether it cut.
-local function adapt_down(s, now, until_us)
+-- the pause it asked for; used: what was in use when it was told (the
+-- limit's permits held, the refused call's among them), nil or 0 when not
+-- measured (the rate's). Returns whether it cut.
+--
+-- The cut is taken from the lower of r and used: a limit that was not
+-- all used when the upstream refused is above what the upstream took, so
+-- its cut starts from the use, as TCP's window is cut from the flight
+-- size. A measured use also replaces the slow start's guess (0.7 r, the
+-- rate doubled during the second the upstream counted): the calls at
+-- once are counted at once, so the plateau is just below the use.
+local function adapt_down(s, now, until_us, used)
   if now < s.hold then return false end
-  local cut = ADAPT_CUT
-  if s.wmax == 0 then
-    s.wmax, cut = 0.7 * s.r, ADAPT_SLOW_CUT
-  elseif s.r < s.wmax then
-    s.wmax = s.r * (1 + ADAPT_CUT) / 2
+  local r, cut = s.r, ADAPT_CUT
+  local measured = used and used > 0
+  if measured then r = min(r, used) end
+  if s.wmax == 0 and not measured then
+    s.wmax, cut = 0.7 * r, ADAPT_SLOW_CUT
+  elseif s.wmax == 0 then
+    s.wmax, cut = ADAPT_BELOW * r, ADAPT_SLOW_CUT
+  elseif r < s.wmax then
+    s.wmax = r * (1 + ADAPT_CUT) / 2
   else
-    s.wmax = ADAPT_BELOW * s.r
+    s.wmax = ADAPT_BELOW * r
   end
-  s.r = max(s.min, s.r * cut)
+  s.r = max(s.min, r * cut)
   s.t_over, s.t_move = now, now
   s.hold = max(until_us, now + ADAPT_HOLD_US)
   return true

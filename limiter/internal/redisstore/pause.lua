@@ -53,10 +53,10 @@ local advertised = ARGV[5]
 
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
--- until_us.
-local function cut_learned_limit(keys, state, now, until_us)
+-- until_us, from used, the permits held then.
+local function cut_learned_limit(keys, state, now, until_us, used)
   local s = adapt_parse(state)
-  if not s or not adapt_down(s, now, until_us) then return end
+  if not s or not adapt_down(s, now, until_us, used) then return end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
 end
@@ -109,11 +109,12 @@ if d_us + 0 > 0 and until_us > was then
 end
 local moved = until_us - max(now, was)
 -- An overload heard while the name is paused is of the episode that
--- paused it (nothing was sent since): it cuts nothing more. It cuts what
--- was all used: the rate when its next event was not free now (a 429 is
--- a rate's more often than not, and a lower rate lowers the calls at
--- once too), else the limit when every permit was taken, else both (the
--- upstream took less than either).
+-- paused it (nothing was sent since): it cuts nothing more. The limit is
+-- cut from the permits held (adapt.lua: a limit not all used is above
+-- what the upstream took, whichever of its limits refused; one all used
+-- is cut as itself); the rate when its next event was not free now (a
+-- 429 is a rate's more often than not), or when the limit was not all
+-- used either (the upstream took less than both).
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if advertised ~= '' then
@@ -127,15 +128,14 @@ end
 -- spent quota is answered by the pause until its reset: httplimit).
 if overload and was <= now then
   local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
-  local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
+  local used = tonum(st[2]) or 0
+  local limit_full = st[1] and used >= (tonum(st[3]) or math.huge)
   local rate_full = tat and tat > now
   local rs = adapt_parse(redis.call('GET', KEYS[8]))
-  if rs and rs.adv > 0 then
-    cut_learned_limit(KEYS, st[1], now, until_us)
-  else
-    if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
-    if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
+  if not (rs and rs.adv > 0) and (rate_full or not limit_full) then
+    scale = cut_learned(KEYS, now, until_us)
   end
+  cut_learned_limit(KEYS, st[1], now, until_us, used)
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then
