@@ -325,3 +325,44 @@ func TestOverloadCutsWhatWasAllUsed(t *testing.T) {
 		t.Errorf("after an overload with every permit taken and the rate free: limit %d, rate %d/s; want 6 (10 cut) and 50 (left)", limit, events)
 	}
 }
+
+// An overload while the rate is all used cuts the learned limit too, from
+// the permits held (adapt.lua): a limit of 10 with 4 held was above what
+// the upstream took, whichever of its limits refused, and is cut as the
+// slow start cuts its use (0.6 of 4: 2), the rate as itself (50 to 30).
+func TestOverloadCutsTheLimitFromItsUse(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-use")
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 10, limiter.Adaptive(1, 50)) // starts at 10, its bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	rs, _ := reserveAhead(t, rl, 5) // the rate's next event is 100ms off
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctx)
+		}
+	}()
+	insp := inspect.New(c)
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := insp.Limit(ctx, name)
+	events, _ := fleetEvents(t, insp, name)
+	if limit != 2 || events != 30 {
+		t.Errorf("after an overload with the rate all used and 4 of 10 permits held: limit %d, rate %d/s; want 2 (0.6 of 4) and 30 (0.6 of 50)", limit, events)
+	}
+}

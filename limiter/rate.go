@@ -201,7 +201,7 @@ func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error
 	if !rep.Reserved {
 		return nil, &BusyError{Name: rl.name, Weight: n, RetryIn: rep.Wait, Paused: rep.Paused, Rate: true, timedOut: true}
 	}
-	r := &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next}
+	r := &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next, learned: rep.Moved}
 	if rep.Next != "" { // its time is to come: a pause may move it
 		if rl.cfg.acquireTimeout > 0 {
 			r.limit = start.Add(rl.cfg.acquireTimeout)
@@ -245,6 +245,9 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	}
 	rl.c.uses.mark(useKey{name: rl.name, rate: rl.rate})
 	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0, Learn: rl.cfg.learn}
+	if req.Learn.Start > 0 {
+		req.Notice = store.PauseChannel(rl.c.cfg.prefix)
+	}
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {
 	case err != nil:
@@ -284,6 +287,9 @@ type Reservation struct {
 	// Client hears of move it (holds.paused):
 	nextUS int64         // next, parsed
 	prevUS int64         // prev, parsed: its time, at burst 1
+	// learned: when its learned rate last moved as it was reserved (µs,
+	// server clock; 0: not learned): a rise after it draws it in.
+	learned int64
 	moved  atomic.Int64  // µs they moved it on
 	kick   chan struct{} // tells Wait it moved
 	held   bool          // under holds.mu
@@ -532,6 +538,9 @@ func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
 	m := r.moved.Load()
 	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
 		return
+	}
+	if n.Rise() && (r.learned == 0 || r.learned >= n.End) {
+		return // reserved after the rise (at its pace), or not learned
 	}
 	// Stretched by a cut learned rate, it moves as its time does (its
 	// Prev, at burst 1; later at a greater burst, never sooner), and so do

@@ -52,6 +52,7 @@ local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
 local ADAPT_SLOW_CUT = 0.6
 local ADAPT_K_US = 7000000
 local ADAPT_HOLD_US = 1000000
+local ADAPT_RENO = 0.25 -- the least growth a second while all used, after an overload
 
 -- The state of v (a table), or nil for none or a pin.
 local function adapt_parse(v)
@@ -88,7 +89,8 @@ local function adapt_up(s, now, n)
   local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
-    r = min(r, s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x))
+    local reno = s.r + ADAPT_RENO * (now - s.t_move) / 1000000
+    r = min(r, max(s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x), reno))
   end
   if (s.adv or 0) > 0 then r = min(r, s.adv) end
   r = min(max(r, s.r), s.max)

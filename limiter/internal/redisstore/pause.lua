@@ -109,12 +109,13 @@ if d_us + 0 > 0 and until_us > was then
 end
 local moved = until_us - max(now, was)
 -- An overload heard while the name is paused is of the episode that
--- paused it (nothing was sent since): it cuts nothing more. The limit is
--- cut from the permits held (adapt.lua: a limit not all used is above
--- what the upstream took, whichever of its limits refused; one all used
--- is cut as itself); the rate when its next event was not free now (a
--- 429 is a rate's more often than not), or when the limit was not all
--- used either (the upstream took less than both).
+-- paused it (nothing was sent since): it cuts nothing more. It cuts both
+-- learned values, each from its use (adapt.lua): the limit from the
+-- permits held, the rate from itself. Which of the upstream's limits
+-- refused cannot be told from which was all used (where the calls take
+-- C/R, both are; an unpaced burst draws a rate's 429 under a rate that
+-- had room), and a value left uncut stays where it was never tested: the
+-- bench's halving left a learned rate at 1.6 times the upstream's.
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if advertised ~= '' then
@@ -127,15 +128,10 @@ end
 -- overload is then the calls at once', and only the limit is cut (a
 -- spent quota is answered by the pause until its reset: httplimit).
 if overload and was <= now then
-  local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
-  local used = tonum(st[2]) or 0
-  local limit_full = st[1] and used >= (tonum(st[3]) or math.huge)
-  local rate_full = tat and tat > now
+  local st = redis.call('HMGET', KEYS[2], 'adapt', 'total')
   local rs = adapt_parse(redis.call('GET', KEYS[8]))
-  if not (rs and rs.adv > 0) and (rate_full or not limit_full) then
-    scale = cut_learned(KEYS, now, until_us)
-  end
-  cut_learned_limit(KEYS, st[1], now, until_us, used)
+  if not (rs and rs.adv > 0) then scale = cut_learned(KEYS, now, until_us) end
+  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]))
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then
