@@ -49,8 +49,10 @@
 local ADAPT_KEEP_MS = 86400000
 local ADAPT_CUT = 0.85
 local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
-local ADAPT_SLOW_CUT = 0.6
+local ADAPT_SLOW_CUT = 0.7
+local ADAPT_SLOW_BELOW = 0.85 -- the slow start's plateau, under the rate that overloaded
 local ADAPT_K_US = 7000000
+local ADAPT_UP_US = 3000000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
 local ADAPT_RENO = 0.25 -- the least growth a second while all used, after an overload
 
@@ -89,6 +91,7 @@ local function adapt_up(s, now, n)
   local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
+    if x > 0 then x = x * ADAPT_K_US / ADAPT_UP_US end
     local reno = s.r + ADAPT_RENO * (now - s.t_move) / 1000000
     r = min(r, max(s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x), reno))
   end
@@ -116,7 +119,7 @@ local function adapt_down(s, now, until_us, used)
   local measured = used and used > 0
   if measured then r = min(r, used) end
   if s.wmax == 0 and not measured then
-    s.wmax, cut = 0.7 * r, ADAPT_SLOW_CUT
+    s.wmax, cut = ADAPT_SLOW_BELOW * r, ADAPT_SLOW_CUT
   elseif s.wmax == 0 then
     s.wmax, cut = ADAPT_BELOW * r, ADAPT_SLOW_CUT
   elseif r < s.wmax then

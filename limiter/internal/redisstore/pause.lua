@@ -112,10 +112,12 @@ local moved = until_us - max(now, was)
 -- paused it (nothing was sent since): it cuts nothing more. It cuts both
 -- learned values, each from its use (adapt.lua): the limit from the
 -- permits held, the rate from itself. Which of the upstream's limits
--- refused cannot be told from which was all used (where the calls take
--- C/R, both are; an unpaced burst draws a rate's 429 under a rate that
--- had room), and a value left uncut stays where it was never tested: the
--- bench's halving left a learned rate at 1.6 times the upstream's.
+-- refused cannot be told from which of ours was all used (where the
+-- calls take C/R, both are; an unpaced burst draws a rate's 429 under a
+-- rate that had room), and a value left uncut grows where it was never
+-- tested: the bench's halving left a learned rate at 1.6 times the
+-- upstream's when only what was all used was cut, and blaming what
+-- probed (past its plateau) ran the rate to 1.5-4 times it.
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if advertised ~= '' then
