@@ -54,7 +54,7 @@ local ADAPT_SLOW_BELOW = 0.85 -- the slow start's plateau, under the rate that o
 local ADAPT_K_US = 7000000
 local ADAPT_UP_US = 3000000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
-local ADAPT_RENO = 0.25 -- the least growth a second while all used, after an overload
+local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
 
 -- The state of v (a table), or nil for none or a pin.
 local function adapt_parse(v)
