@@ -406,4 +406,16 @@ func TestRiseRepacesReservations(t *testing.T) {
 	if gap := next.Time().Sub(rs[last].Time()); gap < 300*time.Millisecond {
 		t.Errorf("the reservation made at the rise is %v after the drawn-in ones, want about 333ms", gap)
 	}
+	// A pause then moves the drawn-in ones, the last too (whose Next, moved
+	// by its Prev's delta, is above the tat reserve.lua drew in).
+	if ok, err := next.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("Cancel of the reservation made at the rise: %v, %v; want it given back", ok, err)
+	}
+	before := rs[last].Time()
+	if _, err := inspect.New(clientFor(t, rdb)).Pause(ctx, name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "the last drawn-in reservation moved by the pause", func() bool {
+		return rs[last].Time().Sub(before) > 900*time.Millisecond
+	})
 }

@@ -285,14 +285,14 @@ type Reservation struct {
 
 	// While it is held (holds.hold to holds.drop), the pauses its
 	// Client hears of move it (holds.paused):
-	nextUS int64         // next, parsed
-	prevUS int64         // prev, parsed: its time, at burst 1
+	nextUS int64 // next, parsed
+	prevUS int64 // prev, parsed: its time, at burst 1
 	// learned: when its learned rate last moved as it was reserved (µs,
 	// server clock; 0: not learned): a rise after it draws it in.
 	learned int64
-	moved  atomic.Int64  // µs they moved it on
-	kick   chan struct{} // tells Wait it moved
-	held   bool          // under holds.mu
+	moved   atomic.Int64  // µs they moved it on
+	kick    chan struct{} // tells Wait it moved
+	held    bool          // under holds.mu
 }
 
 // Time is when the event may happen (this process's clock), moved on by
@@ -430,8 +430,8 @@ func (r *Reservation) Wait(ctx context.Context) error {
 // when none of those is called), by rate key. A pause notice heard
 // (store.PauseNotice) moves those it names; notices are kept a while
 // (noticeKeep), for the reservations whose replies were on their way when
-// the notice came: a reservation made before the pause has a Next at
-// most the notice's Tat whenever it is seen.
+// the notice came: a reservation made before the pause has a Prev below
+// the notice's Tat whenever it is seen.
 type holds struct {
 	mu      sync.Mutex
 	by      map[string]*heldRate
@@ -535,8 +535,12 @@ func (h *holds) paused(n store.PauseNotice) {
 // time has not come (an event whose time came is under way). Called with
 // holds.mu held.
 func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
+	// Made before it: its Prev below the notice's Tat (its Next at most
+	// Tat, and a reservation made after has a Prev of at least Tat).
+	// Prev, as moved here, is where reserve.lua and pause.lua left it
+	// (its Next, drawn in by a rise's delta, may be above theirs).
 	m := r.moved.Load()
-	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
+	if r.prevUS+m >= n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
 		return
 	}
 	if n.Rise() && (r.learned == 0 || r.learned >= n.End) {
