@@ -30,7 +30,7 @@ func TestCutKeepsTheConfiguredSpacing(t *testing.T) {
 	rs, at := reserveAhead(t, rl, 2) // now, +200ms
 	awaitPauseListeners(t, rdb, 1)
 	time.Sleep(time.Until(at[0].Add(100 * time.Millisecond)))
-	// 10 -> 6 (slow start's first cut): scale 10/6, no pause.
+	// 10 -> 7 (slow start's first cut): scale 10/7, no pause.
 	if _, err := inspect.New(clientFor(t, b.client(t))).Overload(ctx, name, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -180,16 +180,16 @@ func TestOverloadDuringItsPauseCutsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if events, _ := fleetEvents(t, insp, name); events != 30 {
-		t.Fatalf("after the episode's first two 429s: %d/s, want 30 (50 cut once)", events)
+	if events, _ := fleetEvents(t, insp, name); events != 35 {
+		t.Fatalf("after the episode's first two 429s: %d/s, want 35 (50 cut once)", events)
 	}
 	time.Sleep(1200 * time.Millisecond) // past the first pause, within the second
 	left, err := insp.Overload(ctx, name, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if events, _ := fleetEvents(t, insp, name); events != 30 {
-		t.Errorf("a 429 heard while still paused (%v left) cut again to %d/s, want 30", left, events)
+	if events, _ := fleetEvents(t, insp, name); events != 35 {
+		t.Errorf("a 429 heard while still paused (%v left) cut again to %d/s, want 35", left, events)
 	}
 }
 

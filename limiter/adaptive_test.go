@@ -71,8 +71,8 @@ func TestLearnedRateGrowsWhileAllUsed(t *testing.T) {
 
 // Overloads told by several Clients at once (as a fleet's processes hear
 // 429s from one episode) cut a learned rate once (the slow start's first:
-// to 0.6); another within the episode's second cuts nothing, and one
-// after it cuts again (to 0.85).
+// to 0.7, its plateau at 0.85); another within the episode's second cuts
+// nothing, and one after it cuts again (to 0.85).
 func TestOverloadCutsOncePerEpisode(t *testing.T) {
 	t.Parallel() // seconds of waiting: beside the other slow ones
 	forEachBackend(t, func(t *testing.T, b backend) {
@@ -93,27 +93,27 @@ func TestOverloadCutsOncePerEpisode(t *testing.T) {
 		}
 		wg.Wait()
 		insp := inspect.New(clientFor(t, b.client(t)))
-		if events, l := fleetEvents(t, insp, name); events != 30 || l == nil || l.Overload != 35 {
-			t.Fatalf("after 4 overloads of one episode: %d/s (learned %+v), want 30/s (50 cut once by 0.6)", events, l)
+		if events, l := fleetEvents(t, insp, name); events != 35 || l == nil || l.Overload != 42.5 {
+			t.Fatalf("after 4 overloads of one episode: %d/s (learned %+v), want 35/s (50 cut once by 0.7)", events, l)
 		}
 		if _, err := insp.Overload(ctx, name, 0); err != nil {
 			t.Fatal(err)
 		}
-		if events, _ := fleetEvents(t, insp, name); events != 30 {
-			t.Fatalf("an overload within the episode's second cut to %d/s, want 30 still", events)
+		if events, _ := fleetEvents(t, insp, name); events != 35 {
+			t.Fatalf("an overload within the episode's second cut to %d/s, want 35 still", events)
 		}
 		time.Sleep(1100 * time.Millisecond)
 		if _, err := insp.Overload(ctx, name, 0); err != nil {
 			t.Fatal(err)
 		}
-		if events, _ := fleetEvents(t, insp, name); events != 25 {
-			t.Fatalf("an overload after the episode cut to %d/s, want 25 (30 by 0.85)", events)
+		if events, _ := fleetEvents(t, insp, name); events != 29 {
+			t.Fatalf("an overload after the episode cut to %d/s, want 29 (35 by 0.85)", events)
 		}
 	})
 }
 
 // An overload that cuts a learned rate re-paces the times another Client
-// reserved at the old rate: 20ms apart at 50/s become 33ms apart at 30/s.
+// reserved at the old rate: 20ms apart at 50/s become 28.6ms apart at 35/s.
 func TestOverloadRepacesReservations(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		name := uniqueName(b, "learn-repace")
@@ -130,8 +130,8 @@ func TestOverloadRepacesReservations(t *testing.T) {
 			return rs[last].Time().Sub(at[last]) > 25*time.Millisecond
 		})
 		// Those whose time had come before the cut are under way: the
-		// pairs both re-paced are 33ms apart on the server's clock, so
-		// each moved 13.3ms more than the one before (20ms × (50/30 − 1)).
+		// pairs both re-paced are 28.6ms apart on the server's clock, so
+		// each moved 8.6ms more than the one before (20ms × (50/35 − 1)).
 		// Their times as read here carry each reply's clock jitter (20ms
 		// apart read as 17 to 23 under load), their moves do not.
 		pairs := 0
@@ -141,8 +141,8 @@ func TestOverloadRepacesReservations(t *testing.T) {
 			}
 			pairs++
 			more := rs[i].Time().Sub(at[i]) - rs[i-1].Time().Sub(at[i-1])
-			if more < 12500*time.Microsecond || more > 14200*time.Microsecond {
-				t.Errorf("reservation %d moved %v more than %d after the cut, want 13.3ms (50/s re-paced at 30/s)", i, more, i-1)
+			if more < 7800*time.Microsecond || more > 9400*time.Microsecond {
+				t.Errorf("reservation %d moved %v more than %d after the cut, want 8.6ms (50/s re-paced at 35/s)", i, more, i-1)
 			}
 		}
 		if pairs < 3 {
@@ -152,8 +152,8 @@ func TestOverloadRepacesReservations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if gap := next.Time().Sub(rs[len(rs)-1].Time()); gap < 28*time.Millisecond {
-			t.Errorf("the next reservation is %v after the re-paced ones, want about 33ms", gap)
+		if gap := next.Time().Sub(rs[len(rs)-1].Time()); gap < 25*time.Millisecond {
+			t.Errorf("the next reservation is %v after the re-paced ones, want about 28.6ms", gap)
 		}
 	})
 }
@@ -222,7 +222,7 @@ func learnedSemaphore(t *testing.T, b backend, name string, limit, start int64) 
 // A learned limit whose newcomers find every permit taken grows by one
 // for each (at most doubling a second), and its holders never exceed the
 // bound; an overload
-// cuts it (the slow start's first: to 0.6); SetLimit pins it, and
+// cuts it (the slow start's first: to 0.7); SetLimit pins it, and
 // clearing it starts the learning again.
 func TestLearnedLimit(t *testing.T) {
 	t.Parallel() // seconds of waiting: beside the other slow ones
@@ -265,8 +265,8 @@ func TestLearnedLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if cut, _ := insp.Limit(ctx, name); cut != int64(float64(grown)*0.6) && cut != int64(float64(grown)*0.6)+1 {
-		t.Fatalf("after one overload episode the limit is %d, want 0.6 of %d", cut, grown)
+	if cut, _ := insp.Limit(ctx, name); cut != int64(float64(grown)*0.7) && cut != int64(float64(grown)*0.7)+1 {
+		t.Fatalf("after one overload episode the limit is %d, want 0.7 of %d", cut, grown)
 	}
 	if err := insp.SetLimit(ctx, name, 5); err != nil {
 		t.Fatal(err)
@@ -291,9 +291,11 @@ func TestLearnedLimit(t *testing.T) {
 	}
 }
 
-// An overload cuts what was all used: a name whose every permit is taken
-// while its rate has room has its learned limit cut and its learned rate
-// left; one Adaptive serves both, its start taken as each one's bound
+// An overload in the slow start cuts both learned values (both probe;
+// which of the upstream's limits refused cannot be told), the one that
+// had room too: a name whose every permit is taken while its rate has
+// room has its limit cut from its use (all of it) and its rate as
+// itself; one Adaptive serves both, its start taken as each one's bound
 // where it is above it.
 func TestOverloadCutsWhatWasAllUsed(t *testing.T) {
 	b := singleBackend(t)
@@ -325,7 +327,99 @@ func TestOverloadCutsWhatWasAllUsed(t *testing.T) {
 	}
 	limit, _ := insp.Limit(ctx, name)
 	events, _ := fleetEvents(t, insp, name)
-	if limit != 6 || events != 50 {
-		t.Errorf("after an overload with every permit taken and the rate free: limit %d, rate %d/s; want 6 (10 cut) and 50 (left)", limit, events)
+	if limit != 7 || events != 35 {
+		t.Errorf("after an overload with every permit taken and the rate free: limit %d, rate %d/s; want 7 and 35 (both cut by 0.7)", limit, events)
 	}
+}
+
+// An overload while the rate is all used cuts the learned limit too, from
+// the permits held (adapt.lua): a limit of 10 with 4 held was above what
+// the upstream took, whichever of its limits refused, and is cut as the
+// slow start cuts its use (0.7 of 4: 2), the rate as itself (50 to 35).
+func TestOverloadCutsTheLimitFromItsUse(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-use")
+	ctx := ctxT(t, 20*time.Second)
+	c := clientFor(t, b.client(t), limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 10, limiter.Adaptive(1, 50)) // starts at 10, its bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	rs, _ := reserveAhead(t, rl, 5) // the rate's next event is 100ms off
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctx)
+		}
+	}()
+	insp := inspect.New(c)
+	if _, err := insp.Overload(ctx, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	limit, _ := insp.Limit(ctx, name)
+	events, _ := fleetEvents(t, insp, name)
+	if limit != 2 || events != 35 {
+		t.Errorf("after an overload with the rate all used and 4 of 10 permits held: limit %d, rate %d/s; want 2 (0.7 of 4) and 35 (0.7 of 50)", limit, events)
+	}
+}
+
+// A learned rate's rise draws in the times reserved at the old rate
+// (reserve.lua): six reserved 500ms apart at a start of 2/s, a
+// reservation 600ms later that waits grows the rate to 3/s, and those
+// still to come move to 333ms apart from then; the one reserved after the
+// rise comes after them.
+func TestRiseRepacesReservations(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-rise")
+	ctx := ctxT(t, 20*time.Second)
+	rdb := b.client(t)
+	rl := learnedRate(t, b, name, 1000, 2)
+	rs, at := reserveAhead(t, rl, 6) // now, +500ms ... +2.5s
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctx)
+		}
+	}()
+	awaitPauseListeners(t, rdb, 1)
+	time.Sleep(600 * time.Millisecond)
+	other := learnedRate(t, b, name, 1000, 2)
+	next, err := other.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Cancel(ctx)
+	last := len(rs) - 1
+	redistest.Eventually(t, 5*time.Second, "the last reservation drawn in", func() bool {
+		return at[last].Sub(rs[last].Time()) > 400*time.Millisecond
+	})
+	for i := 3; i < len(rs); i++ {
+		if gap := rs[i].Time().Sub(rs[i-1].Time()); gap < 300*time.Millisecond || gap > 370*time.Millisecond {
+			t.Errorf("reservations %d and %d are %v apart after the rise, want 333ms (3/s)", i-1, i, gap)
+		}
+	}
+	if gap := next.Time().Sub(rs[last].Time()); gap < 300*time.Millisecond {
+		t.Errorf("the reservation made at the rise is %v after the drawn-in ones, want about 333ms", gap)
+	}
+	// A pause then moves the drawn-in ones, the last too (whose Next, moved
+	// by its Prev's delta, is above the tat reserve.lua drew in).
+	if ok, err := next.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("Cancel of the reservation made at the rise: %v, %v; want it given back", ok, err)
+	}
+	before := rs[last].Time()
+	if _, err := inspect.New(clientFor(t, rdb)).Pause(ctx, name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, "the last drawn-in reservation moved by the pause", func() bool {
+		return rs[last].Time().Sub(before) > 900*time.Millisecond
+	})
 }

@@ -105,7 +105,7 @@ func TestAdvertiseFixedRateAndBadInput(t *testing.T) {
 
 // Under an advertised rate an overload cuts the learned limit, not the
 // rate, though the rate's next event is not free (without the
-// advertisement it would cut the rate: TestOverloadCutsWhatWasAllUsed).
+// advertisement it would cut the rate too: TestOverloadCutsTheLimitFromItsUse).
 func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
 	b := singleBackend(t)
 	name := uniqueName(b, "adv-which")
@@ -143,7 +143,7 @@ func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
 	}
 	limit, _ := insp.Limit(ctx, name)
 	events, _ := fleetEvents(t, insp, name)
-	if limit != 6 || events != 40 {
-		t.Errorf("after an overload under an advertised 40/s: limit %d, rate %d/s; want 6 (10 cut) and 40 (left)", limit, events)
+	if limit != 7 || events != 40 {
+		t.Errorf("after an overload under an advertised 40/s: limit %d, rate %d/s; want 7 (10 cut) and 40 (left)", limit, events)
 	}
 }

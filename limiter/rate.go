@@ -201,7 +201,7 @@ func (rl *RateLimit) ReserveN(ctx context.Context, n int64) (*Reservation, error
 	if !rep.Reserved {
 		return nil, &BusyError{Name: rl.name, Weight: n, RetryIn: rep.Wait, Paused: rep.Paused, Rate: true, timedOut: true}
 	}
-	r := &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next}
+	r := &Reservation{rl: rl, n: n, at: time.Now().Add(rep.Wait), prev: rep.Prev, next: rep.Next, learned: rep.Moved}
 	if rep.Next != "" { // its time is to come: a pause may move it
 		if rl.cfg.acquireTimeout > 0 {
 			r.limit = start.Add(rl.cfg.acquireTimeout)
@@ -245,6 +245,9 @@ func (rl *RateLimit) reserve(ctx context.Context, n int64, maxWait time.Duration
 	}
 	rl.c.uses.mark(useKey{name: rl.name, rate: rl.rate})
 	req := store.ReserveRequest{Rate: store.Rate(rl.rate), N: n, MaxWait: maxWait, Careful: rl.cfg.quarantine > 0, Learn: rl.cfg.learn}
+	if req.Learn.Start > 0 {
+		req.Notice = store.PauseChannel(rl.c.cfg.prefix)
+	}
 	rep, err := bounded(rl.c, ctx, func() (store.ReserveReply, error) { return rl.st.Reserve(ctx, rl.keys, req) })
 	switch {
 	case err != nil:
@@ -282,11 +285,14 @@ type Reservation struct {
 
 	// While it is held (holds.hold to holds.drop), the pauses its
 	// Client hears of move it (holds.paused):
-	nextUS int64         // next, parsed
-	prevUS int64         // prev, parsed: its time, at burst 1
-	moved  atomic.Int64  // µs they moved it on
-	kick   chan struct{} // tells Wait it moved
-	held   bool          // under holds.mu
+	nextUS int64 // next, parsed
+	prevUS int64 // prev, parsed: its time, at burst 1
+	// learned: when its learned rate last moved as it was reserved (µs,
+	// server clock; 0: not learned): a rise after it draws it in.
+	learned int64
+	moved   atomic.Int64  // µs they moved it on
+	kick    chan struct{} // tells Wait it moved
+	held    bool          // under holds.mu
 }
 
 // Time is when the event may happen (this process's clock), moved on by
@@ -424,8 +430,8 @@ func (r *Reservation) Wait(ctx context.Context) error {
 // when none of those is called), by rate key. A pause notice heard
 // (store.PauseNotice) moves those it names; notices are kept a while
 // (noticeKeep), for the reservations whose replies were on their way when
-// the notice came: a reservation made before the pause has a Next at
-// most the notice's Tat whenever it is seen.
+// the notice came: a reservation made before the pause has a Prev below
+// the notice's Tat whenever it is seen.
 type holds struct {
 	mu      sync.Mutex
 	by      map[string]*heldRate
@@ -529,9 +535,16 @@ func (h *holds) paused(n store.PauseNotice) {
 // time has not come (an event whose time came is under way). Called with
 // holds.mu held.
 func (r *Reservation) pausedBy(n store.PauseNotice, now time.Time) {
+	// Made before it: its Prev below the notice's Tat (its Next at most
+	// Tat, and a reservation made after has a Prev of at least Tat).
+	// Prev, as moved here, is where reserve.lua and pause.lua left it
+	// (its Next, drawn in by a rise's delta, may be above theirs).
 	m := r.moved.Load()
-	if r.nextUS+m > n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
+	if r.prevUS+m >= n.Tat || !r.at.Add(time.Duration(m)*time.Microsecond).After(now) {
 		return
+	}
+	if n.Rise() && (r.learned == 0 || r.learned >= n.End) {
+		return // reserved after the rise (at its pace), or not learned
 	}
 	// Stretched by a cut learned rate, it moves as its time does (its
 	// Prev, at burst 1; later at a greater burst, never sooner), and so do

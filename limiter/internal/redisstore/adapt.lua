@@ -1,39 +1,46 @@
--- The learned rate's control law (docs/adaptive.md): the one place that
--- moves a learned rate, called by reserve.lua (up) and pause.lua (down).
+-- The control law of a learned rate and a learned limit
+-- (docs/adaptive.md): the one place that moves them, called by
+-- reserve.lua and acquire.lua (up) and pause.lua (down).
 --
 -- A learned rate is two keys of the name: the fleet rate (STRING "events
 -- per_ns burst", which every reservation applies, as SetRate's) and its
 -- state, a STRING "min max r wmax t_over t_move hold [adv]" (events per
--- per_ns; µs on the server's clock):
+-- per_ns; µs on the server's clock); a learned limit is the semaphore's
+-- 'cap' and the same state in its hash's 'adapt' (permits):
 --   min, max: the bounds the first learning Client gave;
---   r: the rate learned, a fraction (the fleet rate is its floor, at
+--   r: the value learned, a fraction (the applied one is its floor, at
 --      least min);
---   wmax: r at the last overload (0: none yet, the slow start);
+--   wmax: the plateau of the last overload (0: none yet, the slow start);
 --   t_over: that overload's time; t_move: when r last moved;
 --   hold: nothing moves r before it (the overload's episode);
 --   adv: the rate the upstream advertises (its RateLimit headers), r's
 --      ceiling; absent, nil or 0: none (the states the scripts start
 --      have none).
--- 'pin' instead: an operator set the fleet rate (setrate.lua); nothing
--- moves it.
+-- 'pin' instead: an operator set the value (setrate.lua, setlimit.lua);
+-- nothing moves it.
 --
--- The law is CUBIC's (RFC 9438), on a rate shared by the fleet. The slow
--- start doubles r per second of events while reservations wait (the rate
--- is all used). Its first overload (a 429 or 503, Overload) finds r above what
--- the upstream took over the second before (the rate doubled during it:
--- about 0.7 r), so r is cut to ADAPT_SLOW_CUT of itself and wmax set to
--- that 0.7 r. A later overload cuts r to ADAPT_CUT of itself and sets
--- wmax just below the r that overloaded (ADAPT_BELOW: the plateau is
--- then a rate the upstream took, where CUBIC's sits on the one it
--- refused), or lower when it came below the last wmax (CUBIC's fast
--- convergence: a limit that shrank). A cut holds r for the Retry-After, at least ADAPT_HOLD_US: the
--- other refusals of the same episode, from any process, cut nothing more.
--- Then, while the rate is all used, r grows as wmax * (1 + (1 -
--- ADAPT_CUT) * x^3), x = (t - t_over - ADAPT_K_US) / ADAPT_K_US: back near
--- wmax in ADAPT_K_US, flat there (where the last overload was), and
--- faster past it, which finds a limit that has grown. Each overload costs
--- the fleet its Retry-After's pause, so the plateau is long: a doubled
--- limit is found in about 2.8 ADAPT_K_US.
+-- The law is CUBIC's (RFC 9438), on values shared by the fleet. The slow
+-- start doubles r per second of calls while it is all used (reservations
+-- wait; acquires find every permit taken); a rise of the rate re-paces
+-- the times already reserved (reserve.lua). An overload (a 429 or 503,
+-- Overload) cuts both values (pause.lua: which of the upstream's limits
+-- refused cannot be told), each from its use (adapt_down). The slow
+-- start's first cuts r to ADAPT_SLOW_CUT and sets wmax to
+-- ADAPT_SLOW_BELOW of it (it overshot by the 429's delay); a later one
+-- cuts r to ADAPT_CUT of itself and sets wmax just below the r that
+-- overloaded (ADAPT_BELOW: the plateau is then a value the upstream
+-- took, where CUBIC's sits on the one it refused), or lower when it came
+-- below the last wmax (CUBIC's fast convergence: a limit that shrank). A
+-- cut holds r for the Retry-After, at least ADAPT_HOLD_US: the other
+-- refusals of the same episode, from any process, cut nothing more.
+-- Then, while all used, r grows as wmax * (1 + (1 - ADAPT_CUT) * x^3),
+-- x = (t - t_over - ADAPT_K_US) / ADAPT_K_US below the plateau and on
+-- ADAPT_UP_US past it: back near wmax in ADAPT_K_US, flat there, and
+-- fast past it, which finds a limit that has grown (a doubling in about
+-- ADAPT_K_US + 1.9 ADAPT_UP_US); and by at least ADAPT_RENO a second
+-- (CUBIC's Reno-friendly region: an integer limit's plateau floors a
+-- whole permit low). Each overload costs the fleet its Retry-After's
+-- pause, so the plateau is long.
 --
 -- An upstream that advertises its quota (a limit per window: Advertise)
 -- says where the probing would end: r is set to it at once, within the
@@ -49,9 +56,12 @@
 local ADAPT_KEEP_MS = 86400000
 local ADAPT_CUT = 0.85
 local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
-local ADAPT_SLOW_CUT = 0.6
+local ADAPT_SLOW_CUT = 0.7
+local ADAPT_SLOW_BELOW = 0.85 -- the slow start's plateau, under the rate that overloaded
 local ADAPT_K_US = 7000000
+local ADAPT_UP_US = 3000000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
+local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
 
 -- The state of v (a table), or nil for none or a pin.
 local function adapt_parse(v)
@@ -88,7 +98,9 @@ local function adapt_up(s, now, n)
   local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
-    r = min(r, s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x))
+    if x > 0 then x = x * ADAPT_K_US / ADAPT_UP_US end
+    local reno = s.r + ADAPT_RENO * (now - s.t_move) / 1000000
+    r = min(r, max(s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x), reno))
   end
   if (s.adv or 0) > 0 then r = min(r, s.adv) end
   r = min(max(r, s.r), s.max)
@@ -98,18 +110,31 @@ local function adapt_up(s, now, n)
 end
 
 -- Cuts s for an overload at now, unless it is held; until_us: the end of
--- the pause it asked for. Returns whether it cut.
-local function adapt_down(s, now, until_us)
+-- the pause it asked for; used: what was in use when it was told (the
+-- limit's permits held, the refused call's among them), nil or 0 when not
+-- measured (the rate's). Returns whether it cut.
+--
+-- The cut is taken from the lower of r and used: a limit that was not
+-- all used when the upstream refused is above what the upstream took, so
+-- its cut starts from the use, as TCP's window is cut from the flight
+-- size. A measured use also replaces the slow start's guess
+-- (ADAPT_SLOW_BELOW r: the rate grew for the 429's delay): the calls at
+-- once are counted at once, so the plateau is just below the use.
+local function adapt_down(s, now, until_us, used)
   if now < s.hold then return false end
-  local cut = ADAPT_CUT
-  if s.wmax == 0 then
-    s.wmax, cut = 0.7 * s.r, ADAPT_SLOW_CUT
-  elseif s.r < s.wmax then
-    s.wmax = s.r * (1 + ADAPT_CUT) / 2
+  local r, cut = s.r, ADAPT_CUT
+  local measured = used and used > 0
+  if measured then r = min(r, used) end
+  if s.wmax == 0 and not measured then
+    s.wmax, cut = ADAPT_SLOW_BELOW * r, ADAPT_SLOW_CUT
+  elseif s.wmax == 0 then
+    s.wmax, cut = ADAPT_BELOW * r, ADAPT_SLOW_CUT
+  elseif r < s.wmax then
+    s.wmax = r * (1 + ADAPT_CUT) / 2
   else
-    s.wmax = ADAPT_BELOW * s.r
+    s.wmax = ADAPT_BELOW * r
   end
-  s.r = max(s.min, s.r * cut)
+  s.r = max(s.min, r * cut)
   s.t_over, s.t_move = now, now
   s.hold = max(until_us, now + ADAPT_HOLD_US)
   return true

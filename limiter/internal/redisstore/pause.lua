@@ -53,10 +53,10 @@ local advertised = ARGV[5]
 
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
--- until_us.
-local function cut_learned_limit(keys, state, now, until_us)
+-- until_us, from used, the permits held then.
+local function cut_learned_limit(keys, state, now, until_us, used)
   local s = adapt_parse(state)
-  if not s or not adapt_down(s, now, until_us) then return end
+  if not s or not adapt_down(s, now, until_us, used) then return end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
 end
@@ -109,11 +109,15 @@ if d_us + 0 > 0 and until_us > was then
 end
 local moved = until_us - max(now, was)
 -- An overload heard while the name is paused is of the episode that
--- paused it (nothing was sent since): it cuts nothing more. It cuts what
--- was all used: the rate when its next event was not free now (a 429 is
--- a rate's more often than not, and a lower rate lowers the calls at
--- once too), else the limit when every permit was taken, else both (the
--- upstream took less than either).
+-- paused it (nothing was sent since): it cuts nothing more. It cuts both
+-- learned values, each from its use (adapt.lua): the limit from the
+-- permits held, the rate from itself. Which of the upstream's limits
+-- refused cannot be told from which of ours was all used (where the
+-- calls take C/R, both are; an unpaced burst draws a rate's 429 under a
+-- rate that had room), and a value left uncut grows where it was never
+-- tested: the bench's halving left a learned rate at 1.6 times the
+-- upstream's when only what was all used was cut, and blaming what
+-- probed (past its plateau) ran the rate to 1.5-4 times it.
 local scale = 1
 local tat = tonum(redis.call('GET', KEYS[5]) or '')
 if advertised ~= '' then
@@ -126,16 +130,10 @@ end
 -- overload is then the calls at once', and only the limit is cut (a
 -- spent quota is answered by the pause until its reset: httplimit).
 if overload and was <= now then
-  local st = redis.call('HMGET', KEYS[2], 'adapt', 'total', 'cap')
-  local limit_full = st[1] and (tonum(st[2]) or 0) >= (tonum(st[3]) or math.huge)
-  local rate_full = tat and tat > now
+  local st = redis.call('HMGET', KEYS[2], 'adapt', 'total')
   local rs = adapt_parse(redis.call('GET', KEYS[8]))
-  if rs and rs.adv > 0 then
-    cut_learned_limit(KEYS, st[1], now, until_us)
-  else
-    if rate_full or not limit_full then scale = cut_learned(KEYS, now, until_us) end
-    if not rate_full then cut_learned_limit(KEYS, st[1], now, until_us) end
-  end
+  if not (rs and rs.adv > 0) then scale = cut_learned(KEYS, now, until_us) end
+  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]))
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then

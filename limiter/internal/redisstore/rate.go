@@ -28,6 +28,7 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 		maxWait,          // max_wait_us
 		careful,          // careful
 		learn(r),         // learn
+		r.Notice,         // notice
 	).Result()
 	if err != nil {
 		return store.ReserveReply{}, err
@@ -39,8 +40,11 @@ func (s *Store) Reserve(ctx context.Context, k store.Keyspace, r store.ReserveRe
 	switch asInt(v[0]) {
 	case 1:
 		rep := store.ReserveReply{Reserved: true, Wait: micros(v[1])}
-		if len(v) == 4 {
+		if len(v) >= 4 {
 			rep.Prev, rep.Next = asString(v[2]), asString(v[3])
+		}
+		if len(v) == 5 {
+			rep.Moved, _ = strconv.ParseInt(asString(v[4]), 10, 64)
 		}
 		return rep, nil
 	case 0:

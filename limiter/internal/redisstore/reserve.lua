@@ -21,17 +21,23 @@
 -- ARGV[6] learn: '' the asking rate is fixed; else "min start max per_ns"
 --         (events per per_ns): it is learned, and starts so when no
 --         learned or pinned rate is stored
+-- ARGV[7] notice: the channel every Client of the prefix hears pauses on
+--         (store.PauseChannel), where a learned rate's rise re-paces
+--         the times reserved before it ('' for none)
 local asked_interval_us = ARGV[1]
 local asked_burst = ARGV[2]
 local n = ARGV[3] + 0
 local max_wait_us = ARGV[4]
 local careful = ARGV[5] == '1'
 local learn = ARGV[6]
+local notice = ARGV[7]
 
 -- Returns {1, wait_us, prev, next} when reserved: the event goes wait_us
 -- from now, and unreserve.lua gives it back while tat is still next (1,
 -- not a table, when it goes now: nothing is left to give back, and a
--- table costs the common path more than the rest of its reply);
+-- table costs the common path more than the rest of its reply), and for
+-- a learned rate a fifth, t_move (adapt.lua: when it last moved, µs),
+-- by which a rise's notice tells the reservations made before it;
 -- {0, wait_us, paused (1/0)} when it would wait longer than max_wait_us
 -- (nothing is reserved); {-1, burst} when n is above the burst.
 --
@@ -103,18 +109,35 @@ local max_wait = max_wait_us + 0
 if max_wait >= 0 and wait > max_wait then
   return {0, ceil(wait), paused > now and 1 or 0}
 end
--- fmt, not a number to redis.call: Redis 7.2.0-7.2.4 wrote those in
--- exponent form, which unreserve.lua's compare would not match.
 local nxt = ceil(tat + n * T)
-local nxt_s = fmt(nxt)
-redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
-if st[4] then redis.call('DEL', KEYS[4]) end
 -- An event that waits says the rate is all used: a learned rate grows
 -- (not for a pause's wait), for the reservations after this one.
 if learned and wait > 0 and paused <= now and adapt_up(learned, now, n) then
   local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
-  redis.call('SET', KEYS[3], fmt(adapt_events(learned)) .. per_burst, 'PX', ADAPT_KEEP_MS)
+  local events = adapt_events(learned)
+  redis.call('SET', KEYS[3], fmt(events) .. per_burst, 'PX', ADAPT_KEEP_MS)
   redis.call('SET', KEYS[5], adapt_string(learned), 'PX', ADAPT_KEEP_MS)
+  -- The times reserved at the old rate would keep its pace: 32 callers
+  -- reserved at a start of 2/s went 500ms apart for 16s while the rate
+  -- grew past 36/s (the adaptive bench). They are re-paced from now at
+  -- the new one, as a cut stretches them (pause.lua): tat here, and every
+  -- Client's reservations by the notice "now tat 0 xscale key" (scale
+  -- below 1), which moves those whose Next is at most tat and whose reply
+  -- said the rate moved before now (the reservations made after this one
+  -- said now or later). This one is re-paced here.
+  local scale = max(string.match(per_burst, '^ (%d+)') / 1000 / events, asked_interval_us + 0) / T
+  if notice ~= '' and scale < 1 then
+    redis.call('PUBLISH', notice, fmt(now) .. ' ' .. fmt(nxt) .. ' 0 x' .. format('%.17g', scale) .. ' ' .. KEYS[1])
+    local at = ceil(now + wait * scale)
+    tat, nxt = ceil(now + (tat - now) * scale), ceil(now + (nxt - now) * scale)
+    wait = at - now
+  end
 end
+-- fmt, not a number to redis.call: Redis 7.2.0-7.2.4 wrote those in
+-- exponent form, which unreserve.lua's compare would not match.
+local nxt_s = fmt(nxt)
+redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
+if st[4] then redis.call('DEL', KEYS[4]) end
 if wait == 0 then return 1 end
+if learned then return {1, ceil(wait), fmt(tat), nxt_s, fmt(learned.t_move)} end
 return {1, ceil(wait), fmt(tat), nxt_s}

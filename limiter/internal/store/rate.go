@@ -63,6 +63,9 @@ type ReserveRequest struct {
 	// Learn: the rate is learned between Learn.Min and Rate.Events,
 	// from Learn.Start (zero: a fixed rate).
 	Learn Learn
+	// Notice is where a learned rate's rise re-paces the reservations
+	// made before it (PauseChannel; "": nowhere).
+	Notice string
 }
 
 // Learn is where a learned limit or rate may go, in permits or events
@@ -86,6 +89,10 @@ type ReserveReply struct {
 	// Prev and Next are the state before and after the reservation, which
 	// Unreserve restores when nothing moved it since.
 	Prev, Next string
+	// Moved is when a learned rate last moved (µs, server clock), 0 for a
+	// fixed rate: a rise's PauseNotice (End then) re-paces only the
+	// reservations whose Moved is below its End, made before it.
+	Moved int64
 }
 
 // RateState is what Redis holds for a rate.
@@ -154,19 +161,25 @@ func PauseChannel(prefix string) string { return prefix + "pause" }
 // and Next do, so that Unreserve still finds it). End is the pause's end
 // (µs, server clock). Scale above 1: an overload cut a learned rate, and
 // each such Next, once moved, is stretched from End by Scale (see
-// Stretch); 1 otherwise.
+// Stretch); 1 otherwise. Scale below 1 (and Moved 0): a learned rate
+// rose at End (reserve.lua), and the reservations made before it (Next
+// at most Tat, ReserveReply.Moved below End) are drawn in towards End.
 type PauseNotice struct {
 	Key             string
 	End, Tat, Moved int64
 	Scale           float64
 }
 
+// Rise reports whether n re-paces for a rise (Scale below 1): it moves
+// only the reservations whose reply's Moved is below End.
+func (n PauseNotice) Rise() bool { return n.Scale < 1 }
+
 // Stretch is where the notice moves a reserved time t (µs): on by Moved,
-// then stretched from End by Scale as pause.lua stretches tat (the same
-// doubles, so the same result).
+// then stretched (or drawn in) from End by Scale as pause.lua and
+// reserve.lua move tat (the same doubles, so the same result).
 func (n PauseNotice) Stretch(t int64) int64 {
 	to := t + n.Moved
-	if n.Scale > 1 && to > n.End {
+	if n.Scale != 1 && to > n.End {
 		// The product converted on its own: Go may otherwise fuse the
 		// multiply-add, which Lua never does, and round differently.
 		return int64(math.Ceil(float64(n.End) + float64(float64(to-n.End)*n.Scale)))
@@ -176,9 +189,9 @@ func (n PauseNotice) Stretch(t int64) int64 {
 
 // ParsePauseNotice reads a notice as pause.lua publishes it on
 // PauseChannel(prefix): "end tat moved key", or "end tat moved xscale
-// key" when it re-paces. Every key there starts with prefix, and the
-// scale's word only when the prefix does too and it is followed by the
-// prefix again: a prefix may hold spaces.
+// key" when it re-paces (reserve.lua's rise too). Every key there starts
+// with prefix, and the scale's word only when the prefix does too and it
+// is followed by the prefix again: a prefix may hold spaces.
 func ParsePauseNotice(msg, prefix string) (PauseNotice, bool) {
 	f := strings.SplitN(msg, " ", 4)
 	if len(f) != 4 {
@@ -186,7 +199,7 @@ func ParsePauseNotice(msg, prefix string) (PauseNotice, bool) {
 	}
 	n := PauseNotice{Scale: 1}
 	if sc, key, ok := strings.Cut(f[3], " "); ok && strings.HasPrefix(sc, "x") && strings.HasPrefix(key, prefix+"{") {
-		if v, err := strconv.ParseFloat(sc[1:], 64); err == nil && v > 1 {
+		if v, err := strconv.ParseFloat(sc[1:], 64); err == nil && v > 0 {
 			n.Scale, f[3] = v, key
 		}
 	}
