@@ -92,13 +92,15 @@ func TestTransportGoesToTheAdvertisedRateAcrossProcesses(t *testing.T) {
 	// they stopped calling at most about 0.5s before they all exited.
 	done := time.Since(up.start)
 	accepted, _ := up.counts(done-3500*time.Millisecond, done-500*time.Millisecond)
-	_, refused := up.counts(0, (secs+1)*time.Second)
+	_, refused := up.counts(0, done+time.Second)
 	t.Logf("last 3s: %d accepted (%.1f/s); %d refused in all", accepted, float64(accepted)/3, refused)
 	if refused > 0 {
 		t.Errorf("the upstream refused %d calls, want none: the fleet probed past the advertised quota", refused)
 	}
-	if accepted < 3*36 {
-		t.Errorf("the upstream accepted %.1f/s over the last 3s, want at least 36 of its advertised 40/s", float64(accepted)/3)
+	// 39.7-40/s on a quiet machine, 32.7-33.3 under the whole suite on
+	// 2 cores; 9.3 without the headers read.
+	if accepted < 3*28 {
+		t.Errorf("the upstream accepted %.1f/s over the last 3s, want at least 28 of its advertised 40/s", float64(accepted)/3)
 	}
 }
 
