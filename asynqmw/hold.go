@@ -119,9 +119,10 @@ func (m *middleware) acquire(ctx, wait context.Context, hs []held, gs []gate, id
 		stop := context.AfterFunc(end, func() { lost(context.Cause(end)) })
 		defer stop()
 	}
-	leaveQueue := m.waiting.enter(g.name)
-	lease, err := sem.Acquire(waitCtx, opts...)
-	leaveQueue()
+	lease, err := func() (*limiter.Lease, error) {
+		defer m.waiting.enter(g.name)() // counted while queued, whatever ends the wait
+		return sem.Acquire(waitCtx, opts...)
+	}()
 	m.opts.metrics.waited(g.r.Name, time.Since(start))
 	if err != nil {
 		return nil, m.notAcquired(ctx, g, err)
