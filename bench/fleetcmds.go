@@ -130,26 +130,13 @@ func (h labelHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // readCommandstats is INFO commandstats' calls per command.
 func readCommandstats(ctx context.Context, rdb *redis.Client) (map[string]int64, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
+	stats, err := readCommandStats(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				out[name], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
+	out := make(map[string]int64, len(stats))
+	for name, st := range stats {
+		out[name] = st.calls
 	}
 	return out, nil
 }

@@ -441,7 +441,13 @@ type cmdStat struct{ calls, usec int64 }
 
 // commandStats reads calls and time per command from INFO commandstats.
 func (e *Env) commandStats(ctx context.Context) (map[string]cmdStat, error) {
-	info, err := e.admin.Info(ctx, "commandstats").Result()
+	return readCommandStats(ctx, e.admin)
+}
+
+// readCommandStats reads rdb's INFO commandstats: calls and time per
+// command, by lower-case name.
+func readCommandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdStat, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
