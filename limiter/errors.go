@@ -173,7 +173,7 @@ func (s *Semaphore) busy(r store.AcquireRequest, rep store.AcquireReply, answere
 // what inspect.Inspector.Why calls ReasonFleetLimit, less the waiters ahead, which
 // the reply does not count.
 func fleetHeld(r store.AcquireRequest, rep store.AcquireReply) int64 {
-	if rep.Limit <= 0 || rep.Limit >= r.Limit || rep.InUse+r.Weight <= rep.Limit || rep.InUse+r.Weight > r.Limit {
+	if !store.HeldByFleet(rep.Limit, r.Limit, rep.InUse, r.Weight) {
 		return 0
 	}
 	return rep.Limit

@@ -208,7 +208,7 @@ func reason(st store.WhyState, w store.Waiter, gate time.Duration, taken, limit 
 		return limiter.ReasonPaused
 	case taken+w.Weight <= limit:
 		return limiter.ReasonNone
-	case st.FleetLimit > 0 && st.FleetLimit < w.Limit && taken+w.Weight <= w.Limit:
+	case store.HeldByFleet(st.FleetLimit, w.Limit, taken, w.Weight):
 		return limiter.ReasonFleetLimit
 	}
 	return limiter.ReasonFull

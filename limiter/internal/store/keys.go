@@ -34,6 +34,14 @@ var (
 // sums exact in Lua, whose numbers are doubles.
 const MaxLimit = 1 << 40
 
+// HeldByFleet says whether a fleet limit (set or learned), below a
+// Semaphore's own limit, is what keeps out a request of weight with taken
+// permits held or asked for ahead of it: it does not fit under fleet and
+// would under own. BusyError.Reason and Inspector.Why both judge by it.
+func HeldByFleet(fleet, own, taken, weight int64) bool {
+	return fleet > 0 && fleet < own && taken+weight > fleet && taken+weight <= own
+}
+
 const stateSuffix = "}:state"
 
 // NewKeyspace returns the keys of the semaphore name under prefix.
