@@ -3,6 +3,7 @@ package namestate
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/limiter/inspect"
@@ -72,7 +73,8 @@ func LearnedOf(l *inspect.Learned) *Learned {
 	case l.Pinned:
 	case l.Overload > 0 && l.Moved == l.Since:
 		out.LastMove = MoveOverload
-	case l.Advertised > 0 && l.Value == min(max(l.Advertised, float64(l.Min)), float64(l.Max)):
+	case l.Advertised > 0 && math.Abs(l.Value-min(max(l.Advertised, float64(l.Min)), float64(l.Max))) < 0.001:
+		// (The state keeps the value to 3 decimals, the quota to 6 digits.)
 		out.LastMove = MoveAdvertised
 	default:
 		out.LastMove = MoveGrow
@@ -96,10 +98,12 @@ func LearnedText(l *Learned, ago func(int64) string) string {
 	} else {
 		txt += fmt.Sprintf("; last overload at %.1f, %s ago", l.Overload, ago(l.SinceMs))
 	}
-	switch l.LastMove {
-	case MoveGrow:
+	switch {
+	case l.LastMove == MoveGrow && l.Overload == 0: // or its start
+		txt += fmt.Sprintf("; last moved %s ago", ago(l.SinceMoveMs))
+	case l.LastMove == MoveGrow:
 		txt += fmt.Sprintf("; up while all used %s ago", ago(l.SinceMoveMs))
-	case MoveAdvertised:
+	case l.LastMove == MoveAdvertised:
 		return txt + fmt.Sprintf("; set to the advertised %.4g %s ago", l.Advertised, ago(l.SinceMoveMs))
 	}
 	if l.Advertised > 0 {
