@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// point is one sample of a name, for the charts: 32 bytes, so that 15
-// minutes of a name at one sample a second (901 points) take about 28 KB.
+// point is one sample of a name, for the charts: 40 bytes, so that 15
+// minutes of a name at one sample a second (901 points) take about 35 KB.
 // NaN is "not known" (a limit that is not set, grants before the second
 // sample, a gap while the name was gone).
 type point struct {
@@ -17,13 +17,16 @@ type point struct {
 	waiters    float32
 	grants     float32 // per second, since the sample before
 	oldestWait float32 // seconds
+	// The learned limit (permits) and rate (per second), or the pinned
+	// ones (limiter.Adaptive; NaN: not learned).
+	learnedLimit, learnedRate float32
 }
 
 // gapPoint is a point where nothing is known (the name had no state, or
 // its read failed): the charts break there.
 func gapPoint(now time.Time) point {
 	nan := float32(math.NaN())
-	return point{at: now.UnixMilli(), inUse: nan, limit: nan, waiters: nan, grants: nan, oldestWait: nan}
+	return point{at: now.UnixMilli(), inUse: nan, limit: nan, waiters: nan, grants: nan, oldestWait: nan, learnedLimit: nan, learnedRate: nan}
 }
 
 // history is a name's last points, a ring that overwrites the oldest
@@ -78,6 +81,9 @@ type series struct {
 	Waiters    []nullable `json:"waiters"`
 	Grants     []nullable `json:"grants_per_second"`
 	OldestWait []nullable `json:"oldest_wait_seconds"`
+	// The learned (or pinned) limit and rate, per second.
+	LearnedLimit []nullable `json:"learned_limit"`
+	LearnedRate  []nullable `json:"learned_rate_per_second"`
 }
 
 func seriesOf(ps []point) series {
@@ -89,6 +95,8 @@ func seriesOf(ps []point) series {
 		s.Waiters = append(s.Waiters, nullable(p.waiters))
 		s.Grants = append(s.Grants, nullable(p.grants))
 		s.OldestWait = append(s.OldestWait, nullable(p.oldestWait))
+		s.LearnedLimit = append(s.LearnedLimit, nullable(p.learnedLimit))
+		s.LearnedRate = append(s.LearnedRate, nullable(p.learnedRate))
 	}
 	return s
 }

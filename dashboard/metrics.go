@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,8 @@ var (
 	waitersDesc    = fleetDesc("waiters", "Requests in the wait queue.")
 	waitDesc       = fleetDesc("oldest_wait_seconds", "How long the longest waiting request has waited, as the dashboard's sampler saw it.")
 	pausedDesc     = fleetDesc("paused_seconds", "How long the name stays paused (0: not paused).")
+	learnedDesc    = fleetDesc("learned_limit", "The limit learned (limiter.Adaptive; a fraction: the one applied is its floor), or the pinned one (absent when fixed).")
+	learnedRDesc   = fleetDesc("learned_rate_per_second", "The rate learned (limiter.Adaptive), or the pinned one, per second (absent when fixed).")
 	sampleDesc     = prometheus.NewDesc("redsem_fleet_sample_timestamp_seconds",
 		"When the sample these gauges come from was read (Unix time; 0: none yet).", nil, nil)
 	failedDesc = prometheus.NewDesc("redsem_fleet_sample_failed",
@@ -45,7 +48,7 @@ type collector struct{ s *sampler }
 func (d *Dashboard) Collector() prometheus.Collector { return collector{d.s} }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, inUseLimitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, sampleDesc, failedDesc, omittedDesc} {
+	for _, d := range []*prometheus.Desc{inUseDesc, limitDesc, inUseLimitDesc, holdersDesc, waitersDesc, waitDesc, pausedDesc, learnedDesc, learnedRDesc, sampleDesc, failedDesc, omittedDesc} {
 		ch <- d
 	}
 }
@@ -71,6 +74,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			paused = float64(v.Rate.PausedMs) / 1000
 		}
 		gauge(pausedDesc, paused, v.Name)
+		for d, l := range map[*prometheus.Desc]float32{learnedDesc: v.learnedLimit(), learnedRDesc: v.learnedRate()} {
+			if !math.IsNaN(float64(l)) {
+				gauge(d, float64(l), v.Name)
+			}
+		}
 		if !v.Semaphore {
 			continue
 		}

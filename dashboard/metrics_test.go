@@ -38,6 +38,29 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// /metrics exports a learned limit and rate, the rate per second, and a
+// pinned one's value, so that Prometheus keeps their history.
+func TestMetricsLearned(t *testing.T) {
+	f := newFixture(t)
+	f.hold(t, f.sem(t, "sem", 30, limiter.Adaptive(1, 4)), "a", 1)
+	rl, err := f.app.RateLimit("rl", limiter.Rate{Events: 600, Per: time.Minute, Burst: 1}, limiter.Adaptive(1, 120))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(t, "metrics", "the learned limit 4 and rate 2/s", func(b string) bool {
+		return strings.Contains(b, `redsem_fleet_learned_limit{name="sem"} 4`) && strings.Contains(b, `redsem_fleet_learned_rate_per_second{name="rl"} 2`)
+	})
+	if err := inspect.New(f.app).SetLimit(f.ctx, "sem", 3); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(t, "metrics", "the pinned limit 3", func(b string) bool {
+		return strings.Contains(b, `redsem_fleet_learned_limit{name="sem"} 3`)
+	})
+}
+
 // With 1,000 names the overview renders within 200ms on the server
 // (raceSlowdown times that under -race): it reads the sample, not Redis.
 func TestThousandNames(t *testing.T) {

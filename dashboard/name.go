@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -43,6 +44,7 @@ func (d *Dashboard) namePage(w http.ResponseWriter, r *http.Request) {
 	p.BeyondMax = p.View == nil && snap.beyondMax(name)
 	p.LiveSrc = liveSrc("name", url.Values{"name": {name}})
 	p.HistorySrc = "api/history?" + url.Values{"name": {name}}.Encode()
+	p.Learning = learning(d.s.history(name))
 	render(w, r, "name", p)
 }
 
@@ -77,4 +79,15 @@ func (d *Dashboard) historyData(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, seriesOf(d.s.history(name)))
+}
+
+// learning says whether a name's points chart a learned limit or rate:
+// the page then draws that chart (it shows from one sample on).
+func learning(ps []point) bool {
+	for _, p := range ps {
+		if !math.IsNaN(float64(p.learnedLimit)) || !math.IsNaN(float64(p.learnedRate)) {
+			return true
+		}
+	}
+	return false
 }

@@ -24,6 +24,7 @@ type row struct {
 	Holders      int                    `json:"holders"`
 	Waiters      int                    `json:"waiters"`
 	OldestWaitMs int64                  `json:"oldest_wait_ms"`
+	Learned      *namestate.Learned     `json:"learned"` // a learned limit's (nameView's)
 	Rate         *namestate.Rate        `json:"rate"`
 	Saturated    bool                   `json:"saturated"`
 	Err          string                 `json:"error,omitempty"` // the name's read failed
@@ -38,7 +39,7 @@ type overview struct {
 
 func rowOf(v nameView) row {
 	return row{Name: v.Name, Semaphore: v.Semaphore, FleetLimit: v.FleetLimit, Limit: v.limit(), Limits: v.Limits, Rates: v.Rates, InUse: v.InUse, Holders: len(v.Holders),
-		Waiters: len(v.Waiters), OldestWaitMs: v.OldestWaitMs, Rate: v.Rate, Saturated: v.Saturated, Err: v.Err, fill: v.fill()}
+		Waiters: len(v.Waiters), OldestWaitMs: v.OldestWaitMs, Learned: v.Learned, Rate: v.Rate, Saturated: v.Saturated, Err: v.Err, fill: v.fill()}
 }
 
 // rows are the names of snap that the glob match selects ("": all), in

@@ -35,6 +35,8 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"nextFree": func(ms *int64) string { return namestate.NextFreeText(ms, durText) },
 	"paused":   func(ms int64) string { return namestate.PausedText(ms, durText) },
 	"why":      namestate.ReasonText,
+	"learned":  func(l *namestate.Learned) string { return namestate.LearnedText(l, durText) },
+	"bounds":   func(l *namestate.Learned) string { return " (" + namestate.BoundsText(l) + ")" },
 	"eta":      func(w namestate.Why) string { return namestate.ETAText(w, durText) },
 	"inc":      func(i int) int { return i + 1 },
 	"share":    func(n int64, f float64) float64 { return float64(n) * f },
@@ -60,6 +62,7 @@ type page struct {
 	View       *nameView // nil when Redis holds nothing for it
 	BeyondMax  bool      // the name is one MaxNames leaves out
 	HistorySrc string
+	Learning   bool // its limit or rate is learned (or pinned): charted
 }
 
 func (d *Dashboard) newPage(title string, snap *snapshot) page {

@@ -430,7 +430,7 @@ func isReplyError(err error) bool {
 }
 
 func semView(st namestate.State) nameView {
-	v := nameView{Name: st.Name, Semaphore: true, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: st.Rates, InUse: st.InUse, Rate: st.Rate,
+	v := nameView{Name: st.Name, Semaphore: true, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: st.Rates, InUse: st.InUse, Rate: st.Rate, Learned: st.Learned,
 		Holders: make([]holderView, len(st.Holders)), Waiters: make([]waiterView, len(st.Waiters))}
 	for i, h := range st.Holders {
 		v.Holders[i] = holderView{Holder: h}
@@ -463,7 +463,7 @@ func (s *sampler) record(now time.Time, views []nameView, tick bool) {
 		waits[v.Name] = s.ageWaiters(v, now, first)
 		v.Saturated = saturated(*v)
 		p := point{at: now.UnixMilli(), inUse: float32(v.InUse), limit: float32(math.NaN()), waiters: float32(len(v.Waiters)),
-			grants: float32(math.NaN()), oldestWait: float32(v.OldestWaitMs) / 1000}
+			grants: float32(math.NaN()), oldestWait: float32(v.OldestWaitMs) / 1000, learnedLimit: v.learnedLimit(), learnedRate: v.learnedRate()}
 		if l := v.limit(); l != nil {
 			p.limit = float32(*l)
 		}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"math"
 	"time"
 
 	"github.com/redsem/redsem/internal/namestate"
@@ -23,6 +24,10 @@ type nameView struct {
 	Waiters []waiterView           `json:"waiters"` // in serving order
 	// OldestWaitMs is the age of the longest waiting request (0: none).
 	OldestWaitMs int64 `json:"oldest_wait_ms"`
+	// Learned is the state of a learned limit (limiter.Adaptive): then
+	// FleetLimit is what it learned; null otherwise. A learned rate's is
+	// Rate's.
+	Learned *namestate.Learned `json:"learned"`
 	// Rate is the rate limit of the name: null when it has no fleet rate,
 	// no reservations and no pause.
 	Rate *namestate.Rate `json:"rate"`
@@ -90,4 +95,35 @@ func (v nameView) fill() float64 {
 		return -1
 	}
 	return float64(v.InUse) / float64(*l)
+}
+
+// learnedLimit is the learned limit, or the pinned one (NaN: neither).
+func (v nameView) learnedLimit() float32 {
+	switch l := v.Learned; {
+	case l == nil:
+		return float32(math.NaN())
+	case l.Pinned && v.FleetLimit != nil:
+		return float32(*v.FleetLimit)
+	case l.Pinned:
+		return float32(math.NaN())
+	}
+	return float32(v.Learned.Value)
+}
+
+// learnedRate is the learned rate per second, or the pinned one (NaN:
+// neither).
+func (v nameView) learnedRate() float32 {
+	nan := float32(math.NaN())
+	if v.Rate == nil || v.Rate.Learned == nil || v.Rate.FleetRate == nil {
+		return nan
+	}
+	per, err := time.ParseDuration(v.Rate.FleetRate.Per)
+	if err != nil || per <= 0 {
+		return nan
+	}
+	events := v.Rate.Learned.Value
+	if v.Rate.Learned.Pinned {
+		events = float64(v.Rate.FleetRate.Events)
+	}
+	return float32(events / per.Seconds())
 }

@@ -18,6 +18,9 @@ type limitInfo struct {
 	// does not know.
 	FleetLimit *int64 `json:"fleet_limit"`
 	Fleet      bool   `json:"fleet"` // a fleet limit is set
+	// Learned is the state of a learned limit (then FleetLimit is what
+	// it learned), or pinned; null for a fixed limit.
+	Learned *namestate.Learned `json:"learned"`
 }
 
 // setLimitResult is what limit NAME N prints with -json.
@@ -38,7 +41,7 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 		return writeJSON(w, r)
 	}
 	if r.Fleet {
-		_, err = fmt.Fprintf(w, "%s: limit %d (fleet)\n", name, *r.FleetLimit)
+		_, err = fmt.Fprintf(w, "%s: limit %d (fleet%s)\n", name, *r.FleetLimit, learnedNote(r.Learned))
 	} else {
 		_, err = fmt.Fprintf(w, "%s: limit %s\n", name, noFleetLimit)
 	}
@@ -47,7 +50,11 @@ func readLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string,
 
 func readLimitInfo(ctx context.Context, in *inspect.Inspector, name string) (limitInfo, error) {
 	l, err := namestate.FleetLimit(ctx, in, name)
-	return limitInfo{Name: name, FleetLimit: l, Fleet: l != nil}, err
+	if err != nil {
+		return limitInfo{}, err
+	}
+	u, err := in.InUse(ctx, name)
+	return limitInfo{Name: name, FleetLimit: l, Fleet: l != nil, Learned: namestate.LearnedOf(u.Learned)}, err
 }
 
 // setLimit stores n as the fleet-wide limit of name (0 clears it), reads
@@ -56,7 +63,7 @@ func readLimitInfo(ctx context.Context, in *inspect.Inspector, name string) (lim
 // the permits in use fit.
 func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, n int64, asJSON bool) error {
 	in := inspect.New(c)
-	previous, err := namestate.FleetLimit(ctx, in, name)
+	before, err := readLimitInfo(ctx, in, name)
 	if err != nil {
 		return err
 	}
@@ -72,19 +79,46 @@ func setLimit(ctx context.Context, w io.Writer, c *limiter.Client, name string, 
 		return err
 	}
 	_, inUse := namestate.HoldersOf(hs)
-	r := setLimitResult{limitInfo: after, Previous: previous, InUse: inUse}
+	r := setLimitResult{limitInfo: after, Previous: before.FleetLimit, InUse: inUse}
 	if asJSON {
 		return writeJSON(w, r)
 	}
 	if !r.Fleet {
-		_, err = fmt.Fprintf(w, "%s: fleet limit cleared (was %s): each process uses its own limit again\n", name, limitText(r.Previous))
+		_, err = fmt.Fprintf(w, "%s: fleet limit cleared (was %s%s): %s\n", name, limitText(r.Previous), learnedNote(before.Learned), clearedText(before.Learned, "limit"))
 		return err
 	}
-	if _, err = fmt.Fprintf(w, "%s: fleet limit %d (was %s)\n", name, *r.FleetLimit, limitText(r.Previous)); err != nil {
+	if _, err = fmt.Fprintf(w, "%s: fleet limit %d (was %s%s)%s\n", name, *r.FleetLimit, limitText(r.Previous), learnedNote(before.Learned), pinnedText(r.Learned, name, "limit", "0")); err != nil {
 		return err
 	}
 	if r.InUse > *r.FleetLimit {
 		_, err = fmt.Fprintf(w, "%d permits are in use: their holders keep them; new grants wait until the permits in use fit\n", r.InUse)
 	}
 	return err
+}
+
+// learnedNote is ", learned 1..30" or ", pinned" for a learned value ("" for
+// a fixed one).
+func learnedNote(l *namestate.Learned) string {
+	if l == nil {
+		return ""
+	}
+	return ", " + namestate.BoundsText(l)
+}
+
+// clearedText says what clearing a fleet limit or rate (what) that was
+// learned (l) or not does.
+func clearedText(l *namestate.Learned, what string) string {
+	if l != nil {
+		return "what was learned is forgotten: learning starts again from its start"
+	}
+	return "each process uses its own " + what + " again"
+}
+
+// pinnedText says that a value set is pinned, when it was learned: ":
+// pinned; `redsem limit NAME 0` learns again".
+func pinnedText(l *namestate.Learned, name, cmd, clear string) string {
+	if l == nil || !l.Pinned {
+		return ""
+	}
+	return fmt.Sprintf(": pinned, nothing moves it; `redsem %s %s %s` clears it and learning starts again", cmd, name, clear)
 }

@@ -93,7 +93,7 @@ func readRateCmd(ctx context.Context, w io.Writer, c *limiter.Client, name strin
 		return writeJSON(w, r)
 	}
 	if r.Fleet {
-		_, err = fmt.Fprintf(w, "%s: rate %s (fleet)\n", name, r.FleetRate.Text())
+		_, err = fmt.Fprintf(w, "%s: rate %s (fleet%s)\n", name, r.FleetRate.Text(), learnedNote(r.Learned))
 	} else {
 		_, err = fmt.Fprintf(w, "%s: rate %s\n", name, noFleetRate)
 	}
@@ -129,9 +129,9 @@ func setRate(ctx context.Context, w io.Writer, c *limiter.Client, name string, r
 		return writeJSON(w, res)
 	}
 	if !res.Fleet {
-		_, err = fmt.Fprintf(w, "%s: fleet rate cleared (was %s): each process uses its own rate again\n", name, res.Previous.Text())
+		_, err = fmt.Fprintf(w, "%s: fleet rate cleared (was %s%s): %s\n", name, res.Previous.Text(), learnedNote(before.Learned), clearedText(before.Learned, "rate"))
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s: fleet rate %s (was %s)\n", name, res.FleetRate.Text(), res.Previous.Text())
+	_, err = fmt.Fprintf(w, "%s: fleet rate %s (was %s%s)%s\n", name, res.FleetRate.Text(), res.Previous.Text(), learnedNote(before.Learned), pinnedText(res.Learned, name, "rate", rateOff))
 	return err
 }

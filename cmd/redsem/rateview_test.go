@@ -272,7 +272,8 @@ func TestRateViewRoundsUp(t *testing.T) {
 }
 
 // show says what a learned rate has learned, within which bounds, and
-// when its last overload was; -json carries the same.
+// when its last overload was, which moved it last; -json carries the
+// same.
 func TestShowLearnedRate(t *testing.T) {
 	f := newFixture(t)
 	rl, err := f.holder.RateLimit("learn", limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
@@ -292,5 +293,8 @@ func TestShowLearnedRate(t *testing.T) {
 	js := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", true) })
 	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"value":35,"last_overload_rate":42.5`) {
 		t.Errorf("show -json learn: %s\nwant its learned state", js)
+	}
+	if !strings.Contains(js, `"last_move": "overload"`) {
+		t.Errorf("show -json learn: %s\nwant it last moved by the overload", js)
 	}
 }

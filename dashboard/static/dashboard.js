@@ -71,6 +71,7 @@
     waiters: { title: "waiters", series: [["waiters", "waiters", "#d97706"]] },
     grants: { title: "grants per second (seen by the sampler)", series: [["grants/s", "grants_per_second", "#059669"]] },
     wait: { title: "oldest wait (seconds)", series: [["oldest wait", "oldest_wait_seconds", "#7c3aed"]] },
+    learned: { title: "learned limit (permits) and rate (per second)", series: [["learned limit", "learned_limit", "#0d9488"], ["learned rate/s", "learned_rate_per_second", "#db2777", [6, 4]]] },
   };
   const charts = [];
   window.redsemCharts = charts; // for the browser tests

@@ -34,6 +34,9 @@ type Entry struct {
 	NextFreeMs *int64    `json:"next_free_ms"`
 	// PausedMs is the name's pause, which semaphore and rate share.
 	PausedMs int64 `json:"paused_ms"`
+	// Learned is the state of its learned limit or rate (State's,
+	// Rate's); null when fixed.
+	Learned *Learned `json:"learned"`
 }
 
 // Parallel bounds the names List and Each read at once.
@@ -72,7 +75,7 @@ func List(ctx context.Context, in *inspect.Inspector, pattern string) ([]Entry, 
 func semEntry(ctx context.Context, in *inspect.Inspector, name string) (Entry, error) {
 	st, err := Read(ctx, in, name)
 	e := Entry{Name: name, Kind: KindSemaphore, FleetLimit: st.FleetLimit, Limits: st.Limits, Rates: []RateInUse{},
-		InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters)}
+		InUse: st.InUse, Holders: len(st.Holders), Waiters: len(st.Waiters), Learned: st.Learned}
 	if st.Rate != nil {
 		e.PausedMs = st.Rate.PausedMs
 	}
@@ -87,7 +90,7 @@ func rateEntry(ctx context.Context, in *inspect.Inspector, name string) (Entry, 
 	}
 	e.Rates = RatesOf(u)
 	v, _, err := ReadRate(ctx, in, name)
-	e.FleetRate, e.NextFreeMs, e.PausedMs = v.FleetRate, v.NextFreeMs, v.PausedMs
+	e.FleetRate, e.NextFreeMs, e.PausedMs, e.Learned = v.FleetRate, v.NextFreeMs, v.PausedMs, v.Learned
 	return e, err
 }
 

@@ -3,6 +3,7 @@ package namestate
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/redsem/redsem/limiter"
 	"github.com/redsem/redsem/limiter/inspect"
@@ -43,19 +44,47 @@ type Learned struct {
 	Value    float64 `json:"value"`
 	Overload float64 `json:"last_overload_rate"` // 0: none yet
 	SinceMs  int64   `json:"since_overload_ms"`
-	Pinned   bool    `json:"pinned"` // an operator set the rate (SetRate)
+	// Advertised is the rate the upstream advertises, which the rate is
+	// set to (0: none).
+	Advertised float64 `json:"advertised"`
+	// LastMove is why Value last moved (a Move), SinceMoveMs how long ago.
+	LastMove    string `json:"last_move"`
+	SinceMoveMs int64  `json:"since_move_ms"`
+	Pinned      bool   `json:"pinned"` // an operator set the value (SetLimit, SetRate)
 }
+
+// Why a learned value last moved (Learned.LastMove), read from its state
+// as adapt.lua's law moves it: only a cut moves it at its overload's
+// time; an advertisement sets it to the quota, which nothing grows past.
+const (
+	MoveGrow       = "grow"       // up while all used (or not moved since its start)
+	MoveOverload   = "overload"   // cut by a 429 or 503
+	MoveAdvertised = "advertised" // set to the quota the upstream advertises
+)
 
 // LearnedOf is l as show writes it (nil for nil).
 func LearnedOf(l *inspect.Learned) *Learned {
 	if l == nil {
 		return nil
 	}
-	return &Learned{Min: l.Min, Max: l.Max, Value: l.Value, Overload: l.Overload, SinceMs: CeilMs(l.Since), Pinned: l.Pinned}
+	out := &Learned{Min: l.Min, Max: l.Max, Value: l.Value, Overload: l.Overload, SinceMs: CeilMs(l.Since),
+		Advertised: l.Advertised, SinceMoveMs: CeilMs(l.Moved), Pinned: l.Pinned}
+	switch {
+	case l.Pinned:
+	case l.Overload > 0 && l.Moved == l.Since:
+		out.LastMove = MoveOverload
+	case l.Advertised > 0 && math.Abs(l.Value-min(max(l.Advertised, float64(l.Min)), float64(l.Max))) < 0.001:
+		// (The state keeps the value to 3 decimals, the quota to 6 digits.)
+		out.LastMove = MoveAdvertised
+	default:
+		out.LastMove = MoveGrow
+	}
+	return out
 }
 
-// LearnedText says what l learned: "18.4 within 1..30; last overload at
-// 19.0, 12s ago".
+// LearnedText says what l learned, within which bounds, and why it last
+// moved: "18.4 within 1..30; last overload at 19.0, 12s ago; up while all
+// used 3s ago".
 func LearnedText(l *Learned, ago func(int64) string) string {
 	switch {
 	case l == nil:
@@ -65,9 +94,34 @@ func LearnedText(l *Learned, ago func(int64) string) string {
 	}
 	txt := fmt.Sprintf("%.1f within %d..%d", l.Value, l.Min, l.Max)
 	if l.Overload == 0 {
-		return txt + "; no overload yet (growing while all used)"
+		txt += "; no overload yet (growing while all used)"
+	} else {
+		txt += fmt.Sprintf("; last overload at %.1f, %s ago", l.Overload, ago(l.SinceMs))
 	}
-	return txt + fmt.Sprintf("; last overload at %.1f, %s ago", l.Overload, ago(l.SinceMs))
+	switch {
+	case l.LastMove == MoveGrow && l.Overload == 0: // or its start
+		txt += fmt.Sprintf("; last moved %s ago", ago(l.SinceMoveMs))
+	case l.LastMove == MoveGrow:
+		txt += fmt.Sprintf("; up while all used %s ago", ago(l.SinceMoveMs))
+	case l.LastMove == MoveAdvertised:
+		return txt + fmt.Sprintf("; set to the advertised %.4g %s ago", l.Advertised, ago(l.SinceMoveMs))
+	}
+	if l.Advertised > 0 {
+		txt += fmt.Sprintf("; advertised %.4g", l.Advertised)
+	}
+	return txt
+}
+
+// BoundsText is l in a few words, for a column: "learned 1..30",
+// "pinned" ("" for nil).
+func BoundsText(l *Learned) string {
+	switch {
+	case l == nil:
+		return ""
+	case l.Pinned:
+		return "pinned"
+	}
+	return fmt.Sprintf("learned %d..%d", l.Min, l.Max)
 }
 
 // ReadRate reads name's rate state; has says whether there is any: a

@@ -140,6 +140,12 @@ type Learned struct {
 	// while all used), and Since how long ago that was.
 	Overload float64
 	Since    time.Duration
+	// Moved is how long ago Value last moved (equal to Since: the
+	// overload's cut moved it last).
+	Moved time.Duration
+	// Advertised is the rate the upstream advertises (Advertise), which
+	// Value is set to and not grown past (0: none).
+	Advertised float64
 	// Pinned: SetLimit or SetRate stored the value; nothing moves it
 	// until they clear it.
 	Pinned bool
@@ -166,12 +172,14 @@ func learned(v string, now int64) *Learned {
 	}
 	var l Learned
 	var tOver, tMove, hold int64
-	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Value, &l.Overload, &tOver, &tMove, &hold); n != 7 {
+	// The eighth field, the advertised rate, is there only when set.
+	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Value, &l.Overload, &tOver, &tMove, &hold, &l.Advertised); n < 7 {
 		return nil
 	}
 	if l.Overload > 0 {
 		l.Since = time.Duration(now-tOver) * time.Microsecond
 	}
+	l.Moved = time.Duration(now-tMove) * time.Microsecond
 	return &l
 }
 
