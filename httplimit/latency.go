@@ -1,0 +1,106 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/redsem/redsem/limiter"
+)
+
+// CutOnLatency makes a Transport tell the fleet of an overload when a
+// key's answers come slow, before the upstream sheds: after latencyRun
+// answers in a row whose time to the response headers is over tolerance
+// times the key's baseline in this process (a long-term average, as
+// Gradient2's), it calls inspect.Inspector.Overload without a pause,
+// which cuts the key's learned limit and rate (limiter.Adaptive in
+// LimiterOptions; nothing else) as a 429 does, once per episode for the
+// whole fleet. At most once a second per process and key; a failure is
+// logged. 0 (the default) turns it off; 1.5 is Gradient2's tolerance.
+// A tolerance not above 1 makes NewTransport return a
+// *limiter.ArgumentError naming "CutOnLatency". Middleware ignores it.
+// Why these numbers: docs/adaptive.md.
+func CutOnLatency(tolerance float64) Option {
+	return func(o *options) { o.latencyTolerance = tolerance }
+}
+
+// The latency signal's measure (docs/adaptive.md): the baseline is an
+// exponential average over latencyWindow answers, after the plain mean
+// of the first latencyWarmup (Gradient2's long RTT: 600 and 10); the
+// short term is a run of latencyRun answers, each over the tolerance
+// (one slow answer, a GC pause or a slow endpoint, is not an overload);
+// a signal is sent at most once per latencyQuiet (the law holds a cut
+// for at least a second: another signal then cuts nothing).
+const (
+	latencyWindow = 600
+	latencyWarmup = 10
+	latencyRun    = 5
+	latencyQuiet  = time.Second
+)
+
+// latency is one key's answer times in this process.
+type latency struct {
+	mu   sync.Mutex
+	n    int       // answers measured, up to latencyWarmup
+	base float64   // the baseline, in seconds
+	run  int       // answers in a row over the tolerance
+	from time.Time // the first of them
+	told time.Time // the last signal
+}
+
+// slow adds one answer's time took, and says whether the answers are
+// slow enough to signal now (an answer past the run, the quiet period
+// over); it then counts the signal as sent.
+func (l *latency) slow(took time.Duration, tolerance float64, now time.Time) bool {
+	s := took.Seconds()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n < latencyWarmup {
+		l.n++
+		l.base += (s - l.base) / float64(l.n)
+		return false
+	}
+	base := l.base
+	l.base += (s - l.base) * 2 / (latencyWindow + 1)
+	switch {
+	case s <= tolerance*base:
+		l.run = 0
+		return false
+	case l.run == 0:
+		l.from = now
+	}
+	l.run++
+	if l.run < latencyRun || now.Sub(l.from).Seconds() < base || now.Sub(l.told) < latencyQuiet {
+		return false
+	}
+	l.run, l.told = 0, now
+	return true
+}
+
+// timed measures an answer that took took to its headers (not a 429 or
+// 503: those signal on their own), and tells the fleet of an overload
+// (Overload, no pause) when the key's answers have turned slow. The call
+// is detached from the request's cancellation and bounded by
+// pauseTimeout, as pauseOn's.
+func (t *Transport) timed(req *http.Request, name string, g gate, took time.Duration) {
+	if t.latencyTolerance == 0 || !g.lat.slow(took, t.latencyTolerance, time.Now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), pauseTimeout)
+	defer cancel()
+	if _, err := t.inspector.Overload(ctx, name, 0); err != nil && !errors.Is(err, limiter.ErrRatesUnsupported) {
+		t.logger.Warn("httplimit: overload not told", "name", name, "cause", "slow answers", "took", took, "err", err)
+	}
+}
+
+// checkTolerance checks CutOnLatency's tolerance.
+func checkTolerance(tolerance float64) error {
+	if tolerance == 0 || tolerance > 1 {
+		return nil
+	}
+	return fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "CutOnLatency", Value: tolerance,
+		Reason: "must be above 1, or 0 (off)"})
+}
