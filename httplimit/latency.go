@@ -5,31 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redsem/redsem/limiter"
 )
 
-// CutOnLatency makes a Transport tell the fleet of an overload when a
-// key's answers come slow, before the upstream sheds: after latencyRun
-// answers in a row whose time to the response headers is over tolerance
-// times the key's baseline in this process (a long-term average, as
-// Gradient2's), it calls inspect.Inspector.Overload without a pause,
-// which cuts the key's learned limit and rate (limiter.Adaptive in
-// LimiterOptions; nothing else) as a 429 does, once per episode for the
-// whole fleet. At most once a second per process and key; a failure is
-// logged. 0 (the default) turns it off; 1.5 is Gradient2's tolerance.
-// A tolerance not above 1 makes NewTransport return a
+// CutOnLatency makes a Transport cut a key's learned limit and rate
+// (limiter.Adaptive in LimiterOptions) when its answers come slow, before
+// the upstream sheds: when 5 answers in a row, over at least a
+// baseline's time, each took over tolerance times the key's baseline in
+// this process (a long-term average of the time from the request written
+// to the answer's first byte, as Gradient2's), it calls
+// inspect.Inspector.Overload without a pause: a 429's cut, once per
+// episode for the whole fleet. At most once a second per process and
+// key; the call is detached from the request's cancellation and bounded
+// by 2s, and a failure is logged. 0 (the default) turns it off; 1.5 is
+// Gradient2's tolerance; one not above 1 makes NewTransport return a
 // *limiter.ArgumentError naming "CutOnLatency". Middleware ignores it.
-// Why these numbers: docs/adaptive.md.
+// Why: docs/adaptive.md.
 func CutOnLatency(tolerance float64) Option {
 	return func(o *options) { o.latencyTolerance = tolerance }
 }
 
 // The latency signal's measure (docs/adaptive.md): the baseline is an
-// exponential average over latencyWindow answers, after the plain mean
-// of the first latencyWarmup (Gradient2's long RTT: 600 and 10); the
+// exponential average over latencyWindow answers, from the median of the
+// first latencyWarmup (Gradient2's long RTT, over 600 after 10, starts
+// from their mean: a process's first calls, dialling while it starts,
+// took twice the upstream's time on a loaded machine); the
 // short term is a run of latencyRun answers, each over the tolerance
 // (one slow answer, a GC pause or a slow endpoint, is not an overload);
 // a signal is sent at most once per latencyQuiet (the law holds a cut
@@ -44,11 +50,12 @@ const (
 // latency is one key's answer times in this process.
 type latency struct {
 	mu   sync.Mutex
-	n    int       // answers measured, up to latencyWarmup
-	base float64   // the baseline, in seconds
-	run  int       // answers in a row over the tolerance
-	from time.Time // the first of them
-	told time.Time // the last signal
+	warm [latencyWarmup]float64 // the first answers' times (s)
+	n    int                    // how many of them were measured
+	base float64                // the baseline, in seconds
+	run  int                    // answers in a row over the tolerance
+	from time.Time              // the first of them
+	told time.Time              // the last signal
 }
 
 // slow adds one answer's time took, and says whether the answers are
@@ -60,7 +67,12 @@ func (l *latency) slow(took time.Duration, tolerance float64, now time.Time) boo
 	defer l.mu.Unlock()
 	if l.n < latencyWarmup {
 		l.n++
-		l.base += (s - l.base) / float64(l.n)
+		l.warm[l.n] = s
+		l.n++
+		if l.n == latencyWarmup {
+			slices.Sort(l.warm[:])
+			l.base = l.warm[latencyWarmup/2]
+		}
 		return false
 	}
 	base := l.base
@@ -80,7 +92,41 @@ func (l *latency) slow(took time.Duration, tolerance float64, now time.Time) boo
 	return true
 }
 
-// timed measures an answer that took took to its headers (not a 429 or
+// stopwatch times one call: from its request written to the first byte
+// of the answer (httptrace), the upstream's time without the dial, the
+// TLS handshake or the wait for a pooled connection, which grow with the
+// process's own calls in flight (http.Transport keeps 2 idle connections
+// per host by default); from the send to the headers where the base
+// transport does not trace. Times are UnixNano; the trace's callbacks
+// run on the transport's goroutines.
+type stopwatch struct {
+	sent         time.Time
+	wrote, first atomic.Int64
+}
+
+// timing returns req, traced when the latency is measured, and its
+// stopwatch, started.
+func (t *Transport) timing(req *http.Request) (*http.Request, *stopwatch) {
+	w := &stopwatch{sent: time.Now()}
+	if t.latencyTolerance == 0 {
+		return req, w
+	}
+	trace := &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { w.wrote.Store(time.Now().UnixNano()) },
+		GotFirstResponseByte: func() { w.first.Store(time.Now().UnixNano()) },
+	}
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), w
+}
+
+// took is the call's time (see stopwatch).
+func (w *stopwatch) took() time.Duration {
+	if wrote, first := w.wrote.Load(), w.first.Load(); wrote != 0 && first >= wrote {
+		return time.Duration(first - wrote)
+	}
+	return time.Since(w.sent)
+}
+
+// timed measures an answer that took took (not a 429 or
 // 503: those signal on their own), and tells the fleet of an overload
 // (Overload, no pause) when the key's answers have turned slow. The call
 // is detached from the request's cancellation and bounded by

@@ -88,7 +88,7 @@ type fleet struct {
 // (0: without).
 func startKneeFleet(t *testing.T, addr, name string, procs int, tolerance string) *fleet {
 	t.Helper()
-	up := &kneeUpstream{knee: 4, shed: 16, base: 40 * time.Millisecond}
+	up := &kneeUpstream{knee: 4, shed: 24, base: 100 * time.Millisecond}
 	ts := httptest.NewServer(up)
 	t.Cleanup(ts.Close)
 	f := &fleet{name: name + ":" + strings.TrimPrefix(ts.URL, "http://"), up: up}
@@ -135,10 +135,11 @@ func watch(ctx context.Context, insp *inspect.Inspector, fleets ...*fleet) {
 // settled is the mean learned limit over the last half of the run.
 func (f *fleet) settled() float64 { return mean(f.limits[len(f.limits)/2:]) }
 
-const kneeSecs, kneeWorkers = 6, 10
+const kneeSecs, kneeWorkers = 5, 14
 
 // runKneeChild calls HTTPLIMIT_URL from kneeWorkers goroutines for
-// kneeSecs through a Transport whose limit is learned from 2, up to 64,
+// kneeSecs through a Transport whose limit is learned from 4 (the
+// knee: the baseline is measured there), up to 64,
 // with CutOnLatency(HTTPLIMIT_TOLERANCE) unless that is 0.
 func runKneeChild() int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("HTTPLIMIT_REDIS")})
@@ -151,7 +152,7 @@ func runKneeChild() int {
 	defer lc.Close(context.Background())
 	tolerance, _ := strconv.ParseFloat(os.Getenv("HTTPLIMIT_TOLERANCE"), 64)
 	rt, err := httplimit.NewTransport(lc, httplimit.TransportConfig{Name: os.Getenv("HTTPLIMIT_NAME"), Limit: 64,
-		AcquireTimeout: time.Minute}, httplimit.LimiterOptions(limiter.Adaptive(1, 2)), httplimit.CutOnLatency(tolerance))
+		AcquireTimeout: time.Minute}, httplimit.LimiterOptions(limiter.Adaptive(1, 4)), httplimit.CutOnLatency(tolerance))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -206,12 +207,17 @@ func TestTransportCutsOnLatencyAcrossProcesses(t *testing.T) {
 	if refusedOn >= max(refusedOff, 1) {
 		t.Errorf("%d 429s with the latency signal against %d without: it cut nothing before the upstream shed", refusedOn, refusedOff)
 	}
-	// At 8 in flight an answer takes twice its time at the knee: a
-	// tolerance of 1.5 cuts there, or one cut later.
-	if on.settled() > 9 {
-		t.Errorf("learned %.1f on average with the latency signal, want near the knee of 4 (at most 9)", on.settled())
+	// At 6 in flight an answer takes 1.5 times its time at the knee, at 8
+	// twice: the signal cuts about there (later on a loaded machine,
+	// whose stalls add to every answer); without it, the limit grows to
+	// the shedding at 24.
+	if on.settled() < 4 || on.settled() > 12 {
+		t.Errorf("learned %.1f on average with the latency signal, want near the knee of 4 (4 to 12)", on.settled())
 	}
-	if servedOn*10 < servedOff*8 {
+	// A limit near the knee leaves the upstream idle while a permit
+	// changes hands, the more so on a loaded machine (0.7-0.75 with
+	// three of these tests at once on 2 cores; 0.9-1 with one).
+	if servedOn*10 < servedOff*7 {
 		t.Errorf("%d served with the latency signal against %d without: it cut below the knee", servedOn, servedOff)
 	}
 }
