@@ -181,13 +181,13 @@ func runKneeChild() int {
 }
 
 // Two fleets of two processes learn the limit of an upstream that serves
-// 4 calls at once, queues past that (an answer's time grows with the
-// calls in flight) and refuses only past 16 in flight. Without the
-// latency signal the learned limit grows until the upstream sheds (it
-// settled at 11.7-13.9 in three runs); with CutOnLatency(1.5) the slow
-// answers cut it first (6.0-7.7): fewer 429s than without (none), and
-// the upstream serves about as many calls (past the knee, more in flight
-// adds only time).
+// 4 calls at once in 100ms, queues past that (an answer's time grows
+// with the calls in flight) and refuses only past 24 in flight. Without
+// the latency signal the learned limit grows until the upstream sheds
+// (it settled at 16-20 in three runs); with CutOnLatency(1.5) the slow
+// answers cut it first (5.7-5.8): fewer 429s than without (none), and
+// the upstream serves nearly as many calls (past the knee, more in
+// flight adds only time).
 func TestTransportCutsOnLatencyAcrossProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	insp := inspect.New(redistest.Limiter(t, srv.Client(t)))
