@@ -104,13 +104,13 @@ type stopwatch struct {
 	wrote, first atomic.Int64
 }
 
-// timing returns req, traced when the latency is measured, and its
-// stopwatch, started.
+// timing returns req traced, and its stopwatch started, when the
+// latency is measured; else req and nil (nothing is allocated).
 func (t *Transport) timing(req *http.Request) (*http.Request, *stopwatch) {
-	w := &stopwatch{sent: time.Now()}
 	if t.latencyTolerance == 0 {
-		return req, w
+		return req, nil
 	}
+	w := &stopwatch{sent: time.Now()}
 	trace := &httptrace.ClientTrace{
 		WroteRequest:         func(httptrace.WroteRequestInfo) { w.wrote.Store(time.Now().UnixNano()) },
 		GotFirstResponseByte: func() { w.first.Store(time.Now().UnixNano()) },
@@ -118,8 +118,11 @@ func (t *Transport) timing(req *http.Request) (*http.Request, *stopwatch) {
 	return req.WithContext(httptrace.WithClientTrace(req.Context(), trace)), w
 }
 
-// took is the call's time (see stopwatch).
+// took is the call's time (see stopwatch); 0 unmeasured (w nil).
 func (w *stopwatch) took() time.Duration {
+	if w == nil {
+		return 0
+	}
 	if wrote, first := w.wrote.Load(), w.first.Load(); wrote != 0 && first >= wrote {
 		return time.Duration(first - wrote)
 	}

@@ -91,8 +91,9 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // second past a window's true end: docs/adaptive.md.
 //
 // With CutOnLatency, the time of every other answer is measured (from
-// the request written to the answer's first byte), and a run of slow ones cuts the key's learned limit and rate
-// as a 429 does, without a pause.
+// the request written to the answer's first byte), and a run of slow
+// ones cuts the key's learned limit and rate as a 429 does, without a
+// pause.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := t.key(req)
 	if !ok {
