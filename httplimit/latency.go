@@ -25,8 +25,9 @@ import (
 // key; the call is detached from the request's cancellation and bounded
 // by 2s, and a failure is logged. 0 (the default) turns it off; 1.5 is
 // Gradient2's tolerance; one not above 1 makes NewTransport return a
-// *limiter.ArgumentError naming "CutOnLatency". Middleware ignores it.
-// Why: docs/adaptive.md.
+// *limiter.ArgumentError naming "CutOnLatency". Without a learned value
+// the call cuts nothing; a key past the gate cache's bound (10,000 keys
+// in use) is not measured. Middleware ignores it. Why: docs/adaptive.md.
 func CutOnLatency(tolerance float64) Option {
 	return func(o *options) { o.latencyTolerance = tolerance }
 }
@@ -35,11 +36,13 @@ func CutOnLatency(tolerance float64) Option {
 // exponential average over latencyWindow answers, from the median of the
 // first latencyWarmup (Gradient2's long RTT, over 600 after 10, starts
 // from their mean: a process's first calls, dialling while it starts,
-// took twice the upstream's time on a loaded machine); the
-// short term is a run of latencyRun answers, each over the tolerance
-// (one slow answer, a GC pause or a slow endpoint, is not an overload);
-// a signal is sent at most once per latencyQuiet (the law holds a cut
-// for at least a second: another signal then cuts nothing).
+// took up to 4 times the upstream's on a loaded machine); the short term
+// is a run of at least latencyRun answers, each over the tolerance, that
+// lasts a baseline or more (one slow answer, a GC pause or a slow
+// endpoint, is not an overload, nor is a short stall of the process that
+// delays every answer at once); a signal is sent at most once per
+// latencyQuiet (the law holds a cut for at least a second: another
+// signal then cuts nothing).
 const (
 	latencyWindow = 600
 	latencyWarmup = 10
