@@ -34,8 +34,9 @@ const retellEvery = 10 * time.Second
 // answered acts on resp, the upstream's answer to req: a 429 or 503
 // pauses and cuts (pauseOn); the rate limit headers it advertises are
 // read (parseAdvertised): a new quota goes to the fleet (advertise), and
-// a spent one pauses it (pauseSpent).
-func (t *Transport) answered(req *http.Request, name string, g gate, resp *http.Response) {
+// a spent one pauses it (pauseSpent); another answer's time, took, is
+// measured (timed: CutOnLatency).
+func (t *Transport) answered(req *http.Request, name string, g gate, resp *http.Response, took time.Duration) {
 	adv := advertised{remaining: -1}
 	if hasAdvertised(resp.Header) {
 		adv = parseAdvertised(resp.Header, time.Now())
@@ -45,6 +46,7 @@ func (t *Transport) answered(req *http.Request, name string, g gate, resp *http.
 		t.pauseOn(req, name, g, resp, adv)
 		return
 	}
+	t.timed(req, name, g, took)
 	t.pauseSpent(req, name, g, adv)
 }
 

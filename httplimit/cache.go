@@ -20,7 +20,8 @@ const (
 type gate struct {
 	rl    *limiter.RateLimit
 	sem   *limiter.Semaphore
-	heard *heard // what this process told of the name's advertised quota
+	heard *heard   // what this process told of the name's advertised quota
+	lat   *latency // its answer times here (CutOnLatency)
 }
 
 // gates caches the gates of one config by name, so a request does not
@@ -89,7 +90,7 @@ func (s *gates) get(name string) (gate, error) {
 
 // make builds the gate of name.
 func (s *gates) make(name string) (g gate, err error) {
-	g.heard = &heard{}
+	g.heard, g.lat = &heard{}, &latency{}
 	if s.rate != (limiter.Rate{}) {
 		if g.rl, err = s.client.RateLimit(name, s.rate, s.rateOpts...); err != nil {
 			return gate{}, err

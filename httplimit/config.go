@@ -105,6 +105,8 @@ type options struct {
 	logger      *slog.Logger
 	maxPause    time.Duration // 0: no pause
 	pauseSet    bool
+
+	latencyTolerance float64 // 0: no latency signal
 }
 
 // LimiterOptions passes options to every semaphore and rate limit (e.g.
@@ -154,6 +156,8 @@ type common struct {
 	maxPause       time.Duration // 0: no pause
 	logger         *slog.Logger
 	gates          *gates
+
+	latencyTolerance float64 // 0: no latency signal (CutOnLatency)
 }
 
 // caps are the configs' fields that newCommon validates.
@@ -187,6 +191,9 @@ func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 		return common{}, fmt.Errorf("httplimit: %w", &limiter.ArgumentError{Arg: "PauseOnRetryAfter", Value: o.maxPause,
 			Reason: "must be between 0 (no pause) and " + maxPause.String()})
 	}
+	if err := checkTolerance(o.latencyTolerance); err != nil {
+		return common{}, err
+	}
 	if c.acquireTimeout == 0 {
 		c.acquireTimeout = defaultAcquireTimeout
 	}
@@ -194,7 +201,8 @@ func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 	if err != nil {
 		return common{}, fmt.Errorf("httplimit: %w", configError(err))
 	}
-	return common{name: c.name, acquireTimeout: c.acquireTimeout, maxPause: o.maxPause, logger: o.logger, gates: g}, nil
+	return common{name: c.name, acquireTimeout: c.acquireTimeout, maxPause: o.maxPause, logger: o.logger, gates: g,
+		latencyTolerance: o.latencyTolerance}, nil
 }
 
 // newCheckedGates makes the gate cache once a probe of each part of a

@@ -24,7 +24,7 @@ import (
 // the HTTPLIMIT_PROC-th); the runnable Examples find their server in
 // REDIS_ADDR.
 func TestMain(m *testing.M) {
-	redistest.Main(m, map[string]func() int{"client": runChild, "rate-client": runRateChild, "learn-client": runLearnChild})
+	redistest.Main(m, map[string]func() int{"client": runChild, "rate-client": runRateChild, "learn-client": runLearnChild, "knee-client": runKneeChild})
 }
 
 const childWorkers, childRounds = 8, 12

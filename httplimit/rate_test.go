@@ -180,7 +180,7 @@ func TestMiddlewareRate(t *testing.T) {
 	}
 }
 
-// A bad Rate, or a bad pause bound, is reported by the constructors as
+// A bad Rate, pause bound or latency tolerance is reported by the constructors as
 // an *ArgumentError naming the field or option.
 func TestBadRateConfig(t *testing.T) {
 	e := newEnv(t)
@@ -201,6 +201,8 @@ func TestBadRateConfig(t *testing.T) {
 	check("negative pause bound", err, "PauseOnRetryAfter")
 	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Rate: rate100}, httplimit.PauseOnRetryAfter(25*time.Hour))
 	check("pause bound over 24h", err, "PauseOnRetryAfter")
+	_, err = httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "x", Rate: rate100}, httplimit.CutOnLatency(1))
+	check("latency tolerance 1", err, "CutOnLatency")
 }
 
 // Slots whose permit comes late do not bunch: four requests reserve

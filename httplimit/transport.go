@@ -89,6 +89,11 @@ func NewTransport(client *limiter.Client, cfg TransportConfig, opts ...Option) (
 // as a 429 would, before the 429 (at most PauseOnRetryAfter's bound;
 // once per pause per process). A reset in whole seconds pauses up to a
 // second past a window's true end: docs/adaptive.md.
+//
+// With CutOnLatency, the time of every other answer is measured (from
+// the request written to the answer's first byte), and a run of slow
+// ones cuts the key's learned limit and rate as a 429 does, without a
+// pause.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, ok := t.key(req)
 	if !ok {
@@ -107,9 +112,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("httplimit: %s: %w", name, err)
 	}
 	if lease == nil { // a rate alone: nothing is held while it is in flight
-		resp, err := t.base.RoundTrip(req)
+		traced, w := t.timing(req)
+		resp, err := t.base.RoundTrip(traced)
 		if err == nil {
-			t.answered(req, name, g, resp)
+			t.answered(req, name, g, resp, w.took())
 		}
 		return resp, err
 	}
@@ -123,7 +129,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	})
 	h := &held{t: t, name: name, lease: lease, stop: stop, cancel: cancel}
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	traced, w := t.timing(req.WithContext(ctx))
+	resp, err := t.base.RoundTrip(traced)
 	if err != nil {
 		h.finish()
 		if lerr := h.lost(); lerr != nil {
@@ -131,7 +138,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	t.answered(req, name, g, resp)
+	t.answered(req, name, g, resp, w.took())
 	if resp.Body == nil || resp.Body == http.NoBody {
 		h.finish()
 		return resp, nil
