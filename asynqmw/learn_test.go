@@ -2,6 +2,7 @@ package asynqmw_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,5 +55,42 @@ func TestRateOptionsLearnTheRateAlone(t *testing.T) {
 		if _, err := sem.TryAcquire(ctx); err != nil {
 			t.Fatalf("permit %d of 5 after the pause: %v", i+1, err)
 		}
+	}
+}
+
+// A task holding its permit waits for its slot at the rate the fleet
+// applies (here set to 10/s), not at its rule's 100/s: five tasks at
+// once each ask for their permit once. Bounded at the rule's rate (6
+// slots of 10ms), the later slots, 100-400ms off, would be deemed far,
+// and those tasks would give their permits back and ask again.
+func TestHolderWaitsAtTheAppliedRate(t *testing.T) {
+	srv := redistest.StartServer(t)
+	lc := redistest.Limiter(t, srv.Client(t))
+	ctx := context.Background()
+	if err := inspect.New(lc).SetRate(ctx, "api", limiter.Rate{Events: 10, Per: time.Second, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	metrics := asynqmw.NewCollector()
+	mw, err := asynqmw.New(lc, []asynqmw.Rule{
+		{Name: "api", Limit: 5, Rate: limiter.Rate{Events: 100, Per: time.Second, Burst: 1}},
+	}, asynqmw.Metrics(metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }))
+	errs := make(chan error, 5)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() { errs <- h.ProcessTask(ctx, asynq.NewTask("t", nil)) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := metrics.Count("api", asynqmw.SeriesGated); n != 5 {
+		t.Fatalf("5 tasks asked for a permit %v times, want 5: a slot at the applied rate was deemed far", n)
 	}
 }

@@ -122,6 +122,7 @@ type middleware struct {
 	opts    options
 	parking *parking // nil without Park
 	waiting waiting  // handlers waiting in a gate's queue
+	applied appliedRates
 }
 
 // errGateTimeout ends a wait that is to be reported as busy.
