@@ -29,6 +29,8 @@ type options struct {
 	metrics        *Collector
 	logger         *slog.Logger
 	limiterOpts    []limiter.NameOption
+	semOpts        []limiter.NameOption // after limiterOpts, semaphores only
+	rateOpts       []limiter.NameOption // after limiterOpts, rate limits only
 	lastTryTimeout time.Duration
 	maxGated       time.Duration
 	inspector      *asynq.Inspector
@@ -62,6 +64,25 @@ func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 // the rule's TTL.
 func LimiterOptions(opts ...limiter.NameOption) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
+}
+
+// RateOptions passes options to the rules' rate limits alone, after
+// LimiterOptions (so they win): RateOptions(limiter.Adaptive(1, 30))
+// learns a Rate from the handlers' Pause and leaves every Limit fixed,
+// for an upstream whose concurrency is known and whose rate is not (a
+// 429 cannot say which of its limits refused, so learning both cuts
+// both). SemaphoreOptions is its twin for the semaphores. A bad option
+// makes New return the limiter's *ArgumentError, as LimiterOptions does,
+// when a rule has a Rate (a Limit, for SemaphoreOptions); else it is
+// never used.
+func RateOptions(opts ...limiter.NameOption) Option {
+	return func(o *options) { o.rateOpts = append(o.rateOpts, opts...) }
+}
+
+// SemaphoreOptions passes options to the rules' semaphores alone (see
+// RateOptions).
+func SemaphoreOptions(opts ...limiter.NameOption) Option {
+	return func(o *options) { o.semOpts = append(o.semOpts, opts...) }
 }
 
 // LastTryAcquireTimeout replaces the rules' AcquireTimeout on a task's
@@ -101,6 +122,7 @@ type middleware struct {
 	opts    options
 	parking *parking // nil without Park
 	waiting waiting  // handlers waiting in a gate's queue
+	applied appliedRates
 }
 
 // errGateTimeout ends a wait that is to be reported as busy.
@@ -219,8 +241,8 @@ func New(client *limiter.Client, rules []Rule, opts ...Option) (asynq.Middleware
 // to Redis). The rule's TTL and an unbounded AcquireTimeout come after
 // the user's limiter options, so they win: waits are bounded here.
 func (m *middleware) limiterOptions(r *rule) error {
-	r.semOpts = append(slices.Clone(m.opts.limiterOpts), limiter.TTL(r.TTL), limiter.AcquireTimeout(0))
-	r.rateOpts = append(slices.Clone(m.opts.limiterOpts), limiter.AcquireTimeout(0))
+	r.semOpts = slices.Concat(m.opts.limiterOpts, m.opts.semOpts, []limiter.NameOption{limiter.TTL(r.TTL), limiter.AcquireTimeout(0)})
+	r.rateOpts = slices.Concat(m.opts.limiterOpts, m.opts.rateOpts, []limiter.NameOption{limiter.AcquireTimeout(0)})
 	if r.Limit > 0 {
 		if _, err := m.client.Semaphore(r.Name, r.Limit, r.semOpts...); err != nil {
 			return fmt.Errorf("asynqmw: rules[%d]: %w", r.index, err)

@@ -458,6 +458,15 @@ func TestBadConfig(t *testing.T) {
 	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}}, asynqmw.LimiterOptions(limiter.ClockDrift(0.9))); !errors.As(err, &arg) || arg.Arg != "ClockDrift" {
 		t.Errorf("bad limiter option: want an *ArgumentError naming it, got %v", err)
 	}
+	both := []asynqmw.Rule{{Name: "a", Limit: 1, Rate: limiter.Rate{Events: 1, Per: time.Second, Burst: 1}}}
+	for opt, o := range map[string]asynqmw.Option{
+		"Adaptive":       asynqmw.RateOptions(limiter.Adaptive(0, 1)),
+		"ReleaseTimeout": asynqmw.SemaphoreOptions(limiter.ReleaseTimeout(0)),
+	} {
+		if _, err := asynqmw.New(lc, both, o); !errors.As(err, &arg) || arg.Arg != opt {
+			t.Errorf("bad %s in RateOptions or SemaphoreOptions: want an *ArgumentError naming it, got %v", opt, err)
+		}
+	}
 	if _, err := asynqmw.New(lc, []asynqmw.Rule{{Name: "a", Limit: 1}, {Name: "a", Limit: 1, Type: "x"}}); err != nil {
 		t.Errorf("two rules sharing a semaphore with the same limit: %v", err)
 	}

@@ -25,8 +25,9 @@ const pauseTimeout = time.Second
 // (inspect.Inspector.Overload: the name's semaphore grants no worker a new
 // permit and its rate gives no task a slot before the pause ends; waiting
 // tasks are served in order from then on, and a rate paces them with no
-// burst; a rate learned with limiter.Adaptive in the rule's
-// LimiterOptions is cut too, once per episode). The task is then re-queued at the pause's end without spending
+// burst; a rate or limit learned with limiter.Adaptive, in
+// LimiterOptions, RateOptions or SemaphoreOptions, is cut too, once per
+// episode). The task is then re-queued at the pause's end without spending
 // a retry: it returns a *BusyError with Paused set, wrapping the
 // PauseError.
 //

@@ -23,17 +23,17 @@ var errFarSlot = errors.New("asynqmw: rate slot too far off to wait for holding 
 const maxHoldForSlot = time.Second
 
 // holdBound is how long a task holding its permits waits for g's slot:
-// as long as the rate takes to serve one more than the largest limit
-// among the task's gates, i.e. every holder of those permits and the
-// task (between Lateness and maxHoldForSlot). A slot further off is held
-// up by more than those holders, and the permits are better given back.
-func holdBound(g gate, gs []gate) time.Duration {
+// as long as rate (the one the fleet applies) takes to serve one more
+// than the largest limit among the task's gates, i.e. every holder of
+// those permits and the task (between Lateness and maxHoldForSlot). A
+// slot further off is held up by more than those holders, and the
+// permits are better given back.
+func holdBound(g gate, gs []gate, rate limiter.Rate) time.Duration {
 	most := int64(1)
 	for _, h := range gs {
 		most = max(most, h.limit)
 	}
-	interval := g.r.Rate.Per / time.Duration(g.r.Rate.Events)
-	return min(max(time.Duration(most+1)*interval, limiter.Lateness), maxHoldForSlot)
+	return min(max(time.Duration(most+1)*interval(rate), limiter.Lateness), maxHoldForSlot)
 }
 
 // near gives the task, which now holds its permits, a current slot of
@@ -64,11 +64,7 @@ func (m *middleware) near(wait context.Context, gs []gate, early []slot) ([]slot
 				continue
 			}
 		}
-		bound := g.bound
-		if holding && (bound == 0 || holdBound(g, gs) < bound) {
-			bound = holdBound(g, gs)
-		}
-		s, err := m.reserveOne(wait, g, bound)
+		s, err := m.reserveHolding(wait, g, gs, holding)
 		var lb *limiter.BusyError
 		if holding && errors.As(err, &lb) {
 			err = errFarSlot
@@ -83,6 +79,29 @@ func (m *middleware) near(wait context.Context, gs []gate, early []slot) ([]slot
 		slots = append(slots, s)
 	}
 	return slots, nil
+}
+
+// reserveHolding reserves a slot of g no further off than its rule's
+// AcquireTimeout and, when the task holds permits, holdBound at the rate
+// the fleet applies. A slot further off than the cached rate put it
+// while not paused reads that rate again (appliedRates) and, when it is
+// slower, tries once more with its bound.
+func (m *middleware) reserveHolding(wait context.Context, g gate, gs []gate, holding bool) (slot, error) {
+	bound := func(rate limiter.Rate) time.Duration {
+		if hb := holdBound(g, gs, rate); holding && (g.bound == 0 || hb < g.bound) {
+			return hb
+		}
+		return g.bound
+	}
+	rate := m.applied.get(g)
+	s, err := m.reserveOne(wait, g, bound(rate))
+	var lb *limiter.BusyError
+	if holding && errors.As(err, &lb) && !lb.Paused {
+		if now := m.applied.refresh(wait, m.client, g); interval(now) > interval(rate) {
+			s, err = m.reserveOne(wait, g, bound(now))
+		}
+	}
+	return s, err
 }
 
 // reserve reserves a slot of every gate with a rate, in the gates'

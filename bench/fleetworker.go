@@ -301,8 +301,10 @@ func runFleetWorker(cfg fleetWorkerConfig, in io.Reader, out io.Writer) (rep fle
 		}, asynqmw.Park(asynqRDB), asynqmw.Logger(slog.New(slog.DiscardHandler)),
 			// The rate as configured is the most it may learn: the
 			// pushback scenario's 30/s is learned down to what the API
-			// takes (its 429s, through asynqmw.Pause).
-			asynqmw.LimiterOptions(limiter.Adaptive(1, int64(cfg.Rate))))
+			// takes (its 429s, through asynqmw.Pause). The Limit is the
+			// API's documented concurrency: learned too, a 429 would cut
+			// it as well (the API's two limits bind together).
+			asynqmw.RateOptions(limiter.Adaptive(1, int64(cfg.Rate))))
 		if err != nil {
 			return rep, err
 		}

@@ -169,3 +169,37 @@ func TestTransportLearnsTheRateAcrossProcesses(t *testing.T) {
 		t.Errorf("learned %d/s (%+v), want near the upstream's 40/s", st.Fleet.Events, st.Learned)
 	}
 }
+
+// RateOptions learns the Rate alone: a 429 cuts the learned rate and
+// leaves the Limit of 5 as it is, where LimiterOptions would cut both
+// (the limit from its use, the one request in flight).
+func TestRateOptionsLearnTheRateAlone(t *testing.T) {
+	e := newEnv(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(up.Close)
+	rt, err := httplimit.NewTransport(e.lc, httplimit.TransportConfig{Name: "api", Limit: 5,
+		Rate: limiter.Rate{Events: 30, Per: time.Second, Burst: 1}}, httplimit.RateOptions(limiter.Adaptive(1, 30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: rt}).Get(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ctx := ctxT(t, 5*time.Second)
+	name := "api:" + up.Listener.Addr().String()
+	in := inspect.New(e.lc)
+	st, err := in.Rate(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Learned == nil || st.Learned.Value >= 30 || st.Fleet.Events >= 30 {
+		t.Fatalf("rate after a 429: %+v (learned %+v), want the learned 30/s cut", st.Fleet, st.Learned)
+	}
+	if n, err := in.Limit(ctx, name); err != nil || n != 0 {
+		t.Fatalf("fleet limit after a 429: %d (%v), want none: the Limit is not learned", n, err)
+	}
+}

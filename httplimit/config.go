@@ -102,6 +102,8 @@ type Option func(*options)
 
 type options struct {
 	limiterOpts []limiter.NameOption
+	semOpts     []limiter.NameOption // after limiterOpts, semaphores only
+	rateOpts    []limiter.NameOption // after limiterOpts, rate limits only
 	logger      *slog.Logger
 	maxPause    time.Duration // 0: no pause
 	pauseSet    bool
@@ -120,12 +122,32 @@ func LimiterOptions(opts ...limiter.NameOption) Option {
 	return func(o *options) { o.limiterOpts = append(o.limiterOpts, opts...) }
 }
 
+// RateOptions passes options to the rate limits alone, after
+// LimiterOptions (so they win): RateOptions(limiter.Adaptive(1, 30))
+// learns the Rate from the upstream's 429s and leaves the Limit fixed,
+// for an upstream whose concurrency is known and whose rate is not (a
+// 429 cannot say which of its limits refused, so learning both cuts
+// both). SemaphoreOptions is its twin for the semaphores. A bad option
+// makes Middleware or NewTransport return the limiter's *ArgumentError
+// when the config has a Rate (a Limit, for SemaphoreOptions); else it is
+// never used.
+func RateOptions(opts ...limiter.NameOption) Option {
+	return func(o *options) { o.rateOpts = append(o.rateOpts, opts...) }
+}
+
+// SemaphoreOptions passes options to the semaphores alone (see
+// RateOptions).
+func SemaphoreOptions(opts ...limiter.NameOption) Option {
+	return func(o *options) { o.semOpts = append(o.semOpts, opts...) }
+}
+
 // PauseOnRetryAfter bounds the pause a Transport sets when
 // the upstream answers 429 Too Many Requests or 503 Service Unavailable
 // with a Retry-After header (default 5 minutes, at most 24 hours, the
 // limiter's bound on a pause); 0 turns pausing off. Such an answer also
-// cuts the name's rate where it is learned (limiter.Adaptive in
-// LimiterOptions; inspect.Inspector.Overload), with or without a
+// cuts the name's rate and limit where they are learned
+// (limiter.Adaptive in LimiterOptions, RateOptions or SemaphoreOptions;
+// inspect.Inspector.Overload), with or without a
 // Retry-After, unless pausing is off; an answer that advertises a spent
 // quota (RateLimit or X-RateLimit-Remaining 0) pauses until its reset,
 // within the same bound. See
@@ -197,7 +219,9 @@ func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 	if c.acquireTimeout == 0 {
 		c.acquireTimeout = defaultAcquireTimeout
 	}
-	g, err := newCheckedGates(client, c, o.limiterOpts)
+	g, err := newCheckedGates(client, c,
+		slices.Concat(o.limiterOpts, o.semOpts),
+		slices.Concat(o.limiterOpts, o.rateOpts))
 	if err != nil {
 		return common{}, fmt.Errorf("httplimit: %w", configError(err))
 	}
@@ -207,16 +231,16 @@ func newCommon(client *limiter.Client, c caps, opts []Option) (common, error) {
 
 // newCheckedGates makes the gate cache once a probe of each part of a
 // gate was made without error.
-func newCheckedGates(client *limiter.Client, c caps, limiterOpts []limiter.NameOption) (*gates, error) {
+func newCheckedGates(client *limiter.Client, c caps, semOpts, rateOpts []limiter.NameOption) (*gates, error) {
 	hasRate := c.rate != (limiter.Rate{})
 	if c.limit < 0 || (c.limit == 0 && !hasRate) {
 		return nil, &limiter.ArgumentError{Arg: "limit", Value: c.limit, Reason: "must be >= 1, or 0 with a Rate"}
 	}
 	// AcquireTimeout alone (with the request's context) bounds the wait.
-	semOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, 0)))
+	semOpts = append(semOpts, limiter.AcquireTimeout(max(c.acquireTimeout, 0)))
 	// A rate limit's AcquireTimeout of 0 would not bound its wait: 1ns
 	// lets through only a slot that is now.
-	rateOpts := append(slices.Clone(limiterOpts), limiter.AcquireTimeout(max(c.acquireTimeout, time.Nanosecond)))
+	rateOpts = append(rateOpts, limiter.AcquireTimeout(max(c.acquireTimeout, time.Nanosecond)))
 	if hasRate {
 		if err := c.rate.Validate(); err != nil {
 			return nil, err // "rate.Burst": configError makes it Rate.Burst
