@@ -21,6 +21,7 @@ import (
 // StopRefresh, as StopRefresh promises for a Ticket passed on (it expired
 // within 3s).
 func TestStopRefreshOfADirectlyGrantedLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb := srv.Client(t)

@@ -87,6 +87,7 @@ func testSweepIsBounded(t *testing.T, b backend) {
 // still counting permits, as after an eviction), the retry hint stays
 // sane: no sentinel arithmetic reaches Go.
 func TestRetryHintWithOnlyTheKeepAliveMember(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testRetryHintWithOnlyTheKeepAliveMember)
 }
 

@@ -200,6 +200,7 @@ func TestWaitReplicasWaiterAcquiresItself(t *testing.T) {
 // A Resume (a handover) is a grant too: one that no replica confirmed is
 // given back and reported, not returned.
 func TestWaitReplicasUnconfirmedResume(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	f := redistest.StartFailover(t)
 	opts := []limiter.Option{limiter.WaitReplicas(1, 200*time.Millisecond), limiter.TTL(20 * time.Second)}

@@ -146,6 +146,7 @@ func runChild() int {
 }
 
 func TestLimitHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		// The cases share no name, so they run side by side: the suite's
 		// time matters more than the machine's idle cores (the torture
