@@ -58,6 +58,7 @@ const pubsubKeepAlive = 15 * time.Second
 // tolerates without an error (INFO, the pub/sub ping, SUBSCRIBE, which
 // falls back to polling).
 func TestACL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

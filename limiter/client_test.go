@@ -58,6 +58,7 @@ func pubsubConns(t testing.TB, rdb redis.UniversalClient) (total, most int) {
 // Waiting on 500 names at once from one Client costs one pub/sub
 // connection (the Client's wake channel), not one per name.
 func TestOneWakeConnectionPerClient(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 60*time.Second)
 		holder := clientFor(t, b.client(t))

@@ -21,6 +21,7 @@ import (
 // StopRefresh, as StopRefresh promises for a Ticket passed on (it expired
 // within 3s).
 func TestStopRefreshOfADirectlyGrantedLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb := srv.Client(t)
@@ -74,6 +75,7 @@ func TestStopRefreshOfADirectlyGrantedLease(t *testing.T) {
 // the parker's own Release cannot touch it, and unresumed it ends at its
 // ttl.
 func TestPark(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 30*time.Second)
 		name := uniqueName(b, "park")
@@ -192,6 +194,7 @@ func TestParkOnRedlock(t *testing.T) {
 // A Park whose reply is lost has still ended the Lease: had it stayed
 // live, whoever resumed the parked lease would hold it beside it.
 func TestParkReplyLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	ctx := ctxT(t, 30*time.Second)
 	sem, _ := newSemaphore(t, srv.Client(t), "parklost", 2, limiter.TTL(30*time.Second))

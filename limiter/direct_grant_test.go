@@ -25,6 +25,7 @@ import (
 // its own, and its lease, granted for the life of its queue entry, is
 // refreshed to its TTL.
 func TestReleaseGrantsTheLeaseDirectly(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 60*time.Second)
 		rdb := b.client(t)
@@ -189,6 +190,7 @@ const staleRounds = 3
 // the grant stale, and the waiter must not run under it. Several names run
 // in parallel per round (without the check, about 1 in 4 overlapped).
 func TestStaleDirectGrantAfterAPause(t *testing.T) {
+	t.Parallel()
 	b := singleBackend(t)
 	ctx := ctxT(t, 170*time.Second)
 	rdb := b.client(t)

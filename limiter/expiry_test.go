@@ -44,13 +44,16 @@ func testExpiry(t *testing.T, b backend) {
 // One script call drops a bounded number of expired leases, however many
 // piled up.
 func TestSweepIsBounded(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testSweepIsBounded)
 }
 
 func testSweepIsBounded(t *testing.T, b backend) {
 	rdb := b.client(t)
 	ctx := ctxT(t, 60*time.Second)
-	const expired = 20000
+	// Far more than one call's bound (SWEEP_MAX, 100) and than the
+	// 1000 checked below: an unbounded sweep would drop them all.
+	const expired = 2500
 	leases, state := "redsem:{sweep}:leases", "redsem:{sweep}:state"
 	pipe := rdb.Pipeline()
 	for i := range expired {
@@ -84,6 +87,7 @@ func testSweepIsBounded(t *testing.T, b backend) {
 // still counting permits, as after an eviction), the retry hint stays
 // sane: no sentinel arithmetic reaches Go.
 func TestRetryHintWithOnlyTheKeepAliveMember(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testRetryHintWithOnlyTheKeepAliveMember)
 }
 

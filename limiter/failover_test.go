@@ -35,6 +35,7 @@ func retryFailover(fn func() error) error {
 // second Client is granted it on the promoted replica: two holders. With
 // it, the first acquire fails instead, saying no replica confirmed it.
 func TestWaitReplicasFailoverKeepsOneHolder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []limiter.Option
@@ -85,6 +86,7 @@ func TestWaitReplicasFailoverKeepsOneHolder(t *testing.T) {
 // holder. The new master has no replica left, so a refresh is no longer
 // confirmed: it fails, and the lease stays held until its local deadline.
 func TestWaitReplicasLeaseSurvivesFailover(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	f := redistest.StartFailover(t)
 	ttl := limiter.TTL(30 * time.Second)
@@ -198,6 +200,7 @@ func TestWaitReplicasWaiterAcquiresItself(t *testing.T) {
 // A Resume (a handover) is a grant too: one that no replica confirmed is
 // given back and reported, not returned.
 func TestWaitReplicasUnconfirmedResume(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	f := redistest.StartFailover(t)
 	opts := []limiter.Option{limiter.WaitReplicas(1, 200*time.Millisecond), limiter.TTL(20 * time.Second)}
@@ -221,6 +224,7 @@ func TestWaitReplicasUnconfirmedResume(t *testing.T) {
 // slot, together. These masters have no replicas, so no grant is
 // confirmed: it is given back, and only that node saw a WAIT.
 func TestWaitReplicasOnACluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	cl := redistest.StartCluster(t, 3)
 	cc := cl.Client(t)
@@ -286,6 +290,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // back within seconds of the replica's promotion, and the dead address
 // must not be hammered meanwhile.
 func TestClusterMasterKilledGrantsResume(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []limiter.Option

@@ -16,6 +16,7 @@ import (
 // Semaphores were made with; lowering it evicts nobody, raising it wakes a
 // waiter at once.
 func TestFleetLimit(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 20*time.Second)
 		name := uniqueName(b, "fleet")
@@ -123,6 +124,7 @@ func TestFleetLimitOutlivesIdleKeys(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 10*time.Second)
 		c := clientFor(t, b.client(t))
@@ -148,6 +150,7 @@ func TestNames(t *testing.T) {
 // Names selects names as Redis's matcher would select them as they are,
 // not as the key spells them (with "%25", "%7B", then "}:state" after).
 func TestNamesGlobAndPrefix(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 20*time.Second)
 		rdb := b.client(t)
@@ -214,6 +217,7 @@ func TestNamesGlobAndPrefix(t *testing.T) {
 // Holders lists the leases; Waiters lists the queue in the order it is
 // served.
 func TestHoldersAndWaiters(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 10*time.Second)
 		name := uniqueName(b, "waiters")
@@ -316,6 +320,7 @@ func TestLoweredLimitBelowAQueuedWeight(t *testing.T) {
 // once, whatever Client's Inspector clears it (one with no Semaphore of
 // the name at all).
 func TestClearingTheLimitWakesWaiters(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 20*time.Second)
 		name := uniqueName(b, "clear")

@@ -95,6 +95,7 @@ func startInUseChild(t *testing.T, b backend, name string, limit int64, rate str
 // the Inspector, each limit with how many processes apply it, and the
 // rate they share; a process killed -9 drops out at its records' expiry.
 func TestInUseAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	old := limiter.SetUsePeriod(usePeriodForTests)
 	defer limiter.SetUsePeriod(old)
 	forEachBackend(t, func(t *testing.T, b backend) {

@@ -13,6 +13,7 @@ import (
 // 10,000 leases of one name held by one Client are kept alive by a few
 // script calls per round, not one per lease.
 func TestRefreshInBulk(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testRefreshInBulk)
 }
 

@@ -21,6 +21,7 @@ import (
 // TryAcquire and Acquire ask again and return the lease of that attempt,
 // where they returned ErrLeaseLost (a 5ms TTL did so on a loaded machine).
 func TestLateReplyGivesThePermitBack(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		testLateReplyGivesThePermitBack(t, b, "try", func(ctx context.Context, s *limiter.Semaphore) (*limiter.Lease, error) {
 			return s.TryAcquire(ctx)
@@ -78,6 +79,7 @@ func testLateReplyGivesThePermitBack(t *testing.T, b backend, name string, acqui
 // token out again would give its late writes and the new holder's the
 // same fencing token.
 func TestReclaimNeverReturnsAnEndedLeasesToken(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 10*time.Second)
 		mu, _ := newMutex(t, b.client(t), uniqueName(b, "retoken"), limiter.TTL(time.Second),

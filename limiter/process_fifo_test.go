@@ -83,6 +83,7 @@ func startWaiters(t *testing.T, b backend, name, tag string, waiters, holdMS int
 // Processes that join a held mutex one after another are granted in that
 // order: the queue is in Redis, not in each process.
 func TestArrivalOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 60*time.Second)
 		name := uniqueName(b, "order")
@@ -169,6 +170,7 @@ const queueTTLForTest = 3 * time.Second
 // keep-alive per process and second, and a release one release script
 // (which grants the next waiter its lease directly) and one PUBLISH.
 func TestThousandWaitersAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	b := singleBackend(t)
 	ctx := ctxT(t, 120*time.Second)
 	name := uniqueName(b, "thousand")

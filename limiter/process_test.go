@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -23,7 +24,22 @@ import (
 // The multi-process tests re-run this test binary as workers (runChild,
 // runWaiterChild); the runnable Examples find their server in REDIS_ADDR.
 func TestMain(m *testing.M) {
+	waitBoundParallel()
 	redistest.Main(m, map[string]func() int{"hammer": runChild, "waiter": runWaiterChild, "rater": runRateChild, "inuse": runInUseChild, "why": runWhyChild})
+}
+
+// waitBoundParallel runs 4 parallel tests at once unless -parallel is
+// given: the default, GOMAXPROCS, is 2 on CI, and the tests marked
+// parallel here mostly wait (servers starting, TTLs and failovers
+// running out) rather than compute. Tests that judge a latency stay
+// sequential.
+func waitBoundParallel() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "4")
+	}
 }
 
 func childClient() redis.UniversalClient {
@@ -130,6 +146,7 @@ func runChild() int {
 }
 
 func TestLimitHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		// The cases share no name, so they run side by side: the suite's
 		// time matters more than the machine's idle cores (the torture

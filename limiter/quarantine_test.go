@@ -18,6 +18,7 @@ import (
 // it. The restart quarantine keeps the permits from a second holder until
 // the first has learned of its loss.
 func TestRestartQuarantineKeepsForgottenLeases(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	srv := redistest.StartServer(t)
 	// Every Client keeps the default quarantine: the TTL.

@@ -164,6 +164,7 @@ func (h slowNode) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // of a split vote. Its first retry may be at once, the next must back off:
 // a review saw 367 attempts in 2s (a busy loop) before the back-off.
 func TestRedlockSplitRetriesBackOff(t *testing.T) {
+	t.Parallel()
 	q := startQuorum(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	opts := []limiter.Option{limiter.NodeTimeout(100 * time.Millisecond), limiter.TTL(30 * time.Second), limiter.Prefix("loop:")}

@@ -69,6 +69,9 @@ func leaseIDs(t *testing.T, q quorum, i int, prefix string) []string {
 	return ids
 }
 
+// One case per quorum shape (Size): all of 3 nodes (weighted, limit 5),
+// 3 of 4 (limit 2) and all of 4 (weighted, limit 5). Other limits on
+// these nodes only repeat a shape, and the children burn CPU.
 func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
 	for _, nodes := range []int{3, 4} {
 		t.Run(fmt.Sprintf("%dnodes", nodes), func(t *testing.T) {
@@ -79,8 +82,9 @@ func TestRedlockLimitHoldsAcrossProcesses(t *testing.T) {
 				client: func(t testing.TB) redis.UniversalClient { return q.servers[0].Client(t) },
 				env:    []string{"REDSEM_TEST_ADDRS=" + strings.Join(q.addrs(), ","), "REDSEM_TEST_REDLOCK=1"},
 			}
-			t.Run("limit2", func(t *testing.T) { runProcesses(t, b, 2, 1, "", 0) })
-			t.Run("limit3", func(t *testing.T) { runProcesses(t, b, 3, 1, "", 0) })
+			if nodes == 4 {
+				t.Run("limit2", func(t *testing.T) { runProcesses(t, b, 2, 1, "", 0) })
+			}
 			t.Run("weighted1to5limit5", func(t *testing.T) { runProcesses(t, b, 5, 5, "", 0) })
 		})
 	}
@@ -137,6 +141,7 @@ func TestRedlockBasics(t *testing.T) {
 // on 4 nodes (quorum 3) keep working; the node restarted empty cannot let
 // anyone over the limit.
 func TestRedlockOneNodeDown(t *testing.T) {
+	t.Parallel()
 	t.Run("mutex3nodes", func(t *testing.T) { testOneNodeDown(t, 3, 1) })
 	t.Run("limit2on4nodes", func(t *testing.T) { testOneNodeDown(t, 4, 2) })
 }
@@ -339,6 +344,7 @@ func TestRedlockPartialWeightedRollback(t *testing.T) {
 
 // Tokens keep increasing while nodes stop and restart empty.
 func TestRedlockFencingAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	q := startQuorum(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	mu, err := newRedlockMutex(t, q.nodes, "fence-restarts")
@@ -494,6 +500,7 @@ func TestRedlockWaiterDoesNotBusyLoop(t *testing.T) {
 // the clocks of the Redlock clients that proposed them: a client an hour
 // ahead, then one on time, then one an hour behind.
 func TestRedlockTokensIgnoreClientClocks(t *testing.T) {
+	t.Parallel()
 	q := startQuorum(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	const ttl = 200 * time.Millisecond

@@ -163,13 +163,13 @@ func mostInWindow(ts []time.Time, w time.Duration) (most int, at time.Time) {
 	return most, at
 }
 
-// 4 processes x 8 goroutines on "20 per second, burst 5" for 10s: no
+// 4 processes x 8 goroutines on "20 per second, burst 5" for 6s: no
 // window of 1s holds more than 25 events (GCRA's bound: burst + rate x
 // window), and the rate is used, not starved.
 func TestRateHoldsAcrossProcesses(t *testing.T) {
 	b := singleBackend(t)
 	name := "rate-procs"
-	const run = 10 * time.Second
+	const run = 6 * time.Second
 	start := time.Now()
 	cmds := startRaters(t, b, name, "20/1s burst 5", 4, 8, start.Add(run))
 	ts := eventTimes(t, b, name, cmds)

@@ -12,6 +12,7 @@ import (
 
 // Release with a cancelled ctx still gives the permits back.
 func TestReleaseWithCancelledContext(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := ctxT(t, 10*time.Second)
 		sem, _ := newSemaphore(t, b.client(t), uniqueName(b, "cancelled"), 2)
