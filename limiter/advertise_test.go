@@ -75,6 +75,44 @@ func TestAdvertiseLowerRepacesReservations(t *testing.T) {
 	}
 }
 
+// A higher advertised rate draws in what was reserved at the old one, as
+// a learned rise does (TestRiseRepacesReservations): six reserved 500ms
+// apart at a start of 2/s go 250ms apart once 4/s is advertised, and one
+// reserved after comes after them.
+func TestAdvertiseHigherRepacesReservations(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-rise")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 100, 2)
+	rs, at := reserveAhead(t, rl, 6) // now, +500ms ... +2.5s
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctx)
+		}
+	}()
+	awaitPauseListeners(t, b.client(t), 1)
+	if err := inspect.New(clientFor(t, b.client(t))).Advertise(ctx, name, limiter.Rate{Events: 4, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	last := len(rs) - 1
+	redistest.Eventually(t, 5*time.Second, "the last reservation drawn in", func() bool {
+		return at[last].Sub(rs[last].Time()) > 900*time.Millisecond
+	})
+	for i := 2; i < len(rs); i++ {
+		if gap := rs[i].Time().Sub(rs[i-1].Time()); gap < 230*time.Millisecond || gap > 270*time.Millisecond {
+			t.Errorf("reservations %d and %d are %v apart after 4/s was advertised, want 250ms", i-1, i, gap)
+		}
+	}
+	next, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Cancel(ctx)
+	if gap := next.Time().Sub(rs[last].Time()); gap < 230*time.Millisecond {
+		t.Errorf("the reservation made after the rise is %v after the drawn-in ones, want 250ms", gap)
+	}
+}
+
 // A fixed rate ignores an advertisement; a bad quota is refused by name.
 func TestAdvertiseFixedRateAndBadInput(t *testing.T) {
 	b := singleBackend(t)

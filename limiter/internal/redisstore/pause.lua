@@ -76,7 +76,7 @@ end
 
 -- Sets the learned rate of KEYS (adapt.lua) at now to the one the
 -- upstream advertises, adv_events per adv_ns; returns the old rate over
--- the new (1: not lower).
+-- the new (1: unchanged; below 1: a rise).
 local function advertise_learned(keys, now, adv_events, adv_ns)
   local st = redis.call('MGET', keys[7], keys[8])
   local s = st[1] and adapt_parse(st[2])
@@ -89,7 +89,24 @@ local function advertise_learned(keys, now, adv_events, adv_ns)
   local now_events = adapt_events(s)
   redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
   redis.call('SET', keys[7], fmt(now_events) .. ' ' .. per_ns .. ' ' .. burst, 'PX', ADAPT_KEEP_MS)
-  return max(events / now_events, 1)
+  return events / now_events
+end
+
+-- Draws in from now by scale (below 1) the times reserved at the rate
+-- before an advertised rise, as reserve.lua does for a learned rise: tat,
+-- and every Client's reservations by the notice "now tat 0 xscale key",
+-- which moves those whose Next is at most tat and whose reply said the
+-- rate moved before now (adapt_advertise set t_move to now). Callers that
+-- reserved at a cold start's 5/s before the first answer otherwise kept
+-- their times: 6-9s to the advertised rate in the bench. Not while paused:
+-- the times are the pause's, and its end is not the rise's time.
+local function draw_in(keys, now, tat, scale)
+  local to = ceil(now + (tat - now) * scale)
+  redis.call('SET', keys[5], fmt(to), 'PX', ceil((to - now + RATE_KEEP_US) / 1000))
+  redis.call('DEL', keys[6])
+  if notice ~= '' then
+    redis.call('PUBLISH', notice, fmt(now) .. ' ' .. fmt(tat) .. ' 0 x' .. format('%.17g', scale) .. ' ' .. keys[5])
+  end
 end
 
 if d_us == 'lift' then
@@ -124,6 +141,10 @@ if advertised ~= '' then
   -- A lower rate re-paces what was reserved at the old one, as a cut.
   local e, p = string.match(advertised, '^(%d+) (%d+)$')
   scale = advertise_learned(KEYS, now, e + 0, p + 0)
+  if scale < 1 then
+    if tat and tat > now and was <= now then draw_in(KEYS, now, tat, scale) end
+    scale = 1
+  end
 end
 --
 -- A rate the upstream advertises (adapt.lua's adv) is its quota's: the
