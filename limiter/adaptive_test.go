@@ -423,3 +423,52 @@ func TestRiseRepacesReservations(t *testing.T) {
 		return rs[last].Time().Sub(before) > 900*time.Millisecond
 	})
 }
+
+// A learned rate does not grow while the name's semaphore has its fleet
+// limit all used: the calls at once bind, and reservations that wait do
+// so by chance (its callers reserve, then wait for a permit). Once
+// permits are free, the same waits grow it.
+func TestLearnedRateWaitsWhileTheLimitBinds(t *testing.T) {
+	t.Parallel()
+	b := singleBackend(t)
+	name := uniqueName(b, "learn-binds")
+	ctx := ctxT(t, 20*time.Second)
+	sem, insp := learnedSemaphore(t, b, name, 8, 2)
+	var held []*limiter.Lease
+	for range 2 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	rl := learnedRate(t, b, name, 1000, 10)
+	allUsed := func(d time.Duration) {
+		end := time.Now().Add(d)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					if err := rl.Wait(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	allUsed(1200 * time.Millisecond)
+	if events, _ := fleetEvents(t, insp, name); events != 10 {
+		t.Errorf("all used for 1.2s while the learned limit was all held, the rate grew from 10/s to %d/s", events)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allUsed(1200 * time.Millisecond)
+	if events, _ := fleetEvents(t, insp, name); events <= 10 {
+		t.Errorf("all used for 1.2s with the limit free, the rate stayed at %d/s, want it grown", events)
+	}
+}

@@ -16,6 +16,8 @@
 -- KEYS[5] adapt: STRING the learned rate's state (adapt.lua), 'pin' when
 --               an operator set the fleet rate since; absent: not learned
 --               (with a fleet rate: one set before any learning, pinned)
+-- KEYS[6] sem: HASH the state of the semaphore of the same name (see
+--               common.lua; read: 'total', 'cap')
 -- ARGV[5] careful: 1 a name with no state takes its burst as spent
 --         until the server is surely older than a burst (see below)
 -- ARGV[6] learn: '' the asking rate is fixed; else "min start max per_ns"
@@ -110,9 +112,26 @@ if max_wait >= 0 and wait > max_wait then
   return {0, ceil(wait), paused > now and 1 or 0}
 end
 local nxt = ceil(tat + n * T)
+-- Whether the semaphore of the name has its fleet limit all used: the
+-- calls at once bind, and the rate is not what waits on the upstream.
+-- Its callers reserve the rate, then wait for a permit, then renew a late
+-- slot: their reservations wait by chance, not because the rate binds
+-- (the bench's learned rate climbed to 1.5 times the upstream's while its
+-- learned limit held the fleet at the upstream's calls at once).
+local function limit_binds()
+  local h = redis.call('HMGET', KEYS[6], 'total', 'cap')
+  return h[2] and (tonum(h[1]) or 0) >= h[2] + 0
+end
 -- An event that waits says the rate is all used: a learned rate grows
--- (not for a pause's wait), for the reservations after this one.
-if learned and wait > 0 and paused <= now and adapt_up(learned, now, n) then
+-- (not for a pause's wait, nor while the limit binds), for the
+-- reservations after this one.
+local grew = false
+if learned and wait > 0 and paused <= now then
+  local r, t_move = learned.r, learned.t_move
+  grew = adapt_up(learned, now, n)
+  if grew and limit_binds() then learned.r, learned.t_move, grew = r, t_move, false end
+end
+if grew then
   local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
   local events = adapt_events(learned)
   redis.call('SET', KEYS[3], fmt(events) .. per_burst, 'PX', ADAPT_KEEP_MS)

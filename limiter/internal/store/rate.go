@@ -125,13 +125,15 @@ const (
 
 // NewRateKeyspace returns the keys of the rate name under prefix, all
 // strings: its GCRA state, its pause, its fleet rate, what the last
-// pause moved (pause.lua) and the learned rate's state (adapt.lua). The
+// pause moved (pause.lua), the learned rate's state (adapt.lua) and the
+// semaphore's state of the same name (whose fleet limit, when all used,
+// keeps a learned rate from growing: reserve.lua). The
 // hash tag is the semaphore's of the same name, so a pause is one key
 // for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix, tag + stateSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4], keys[5]}}
 }
 
 // NewPauseKeyspace returns the keys Pause runs on: the semaphore's of
