@@ -57,9 +57,10 @@ local ADAPT_KEEP_MS = 86400000
 local ADAPT_CUT = 0.85
 local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
 local ADAPT_SLOW_CUT = 0.7
-local ADAPT_SLOW_BELOW = 0.85 -- the slow start's plateau, under the rate that overloaded
-local ADAPT_K_US = 7000000
-local ADAPT_UP_US = 3000000 -- the curve's scale past the plateau
+local ADAPT_SLOW_BELOW = 0.95 -- the slow start's plateau, under the rate that overloaded
+local ADAPT_K_US = 3000000 -- back to the plateau after a cut
+local ADAPT_FLAT_US = 8000000 -- on the plateau, before probing past it
+local ADAPT_UP_US = 2000000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
 local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
 
@@ -98,7 +99,7 @@ local function adapt_up(s, now, n)
   local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
-    if x > 0 then x = x * ADAPT_K_US / ADAPT_UP_US end
+    if x > 0 then x = max(now - s.t_over - ADAPT_K_US - ADAPT_FLAT_US, 0) / ADAPT_UP_US end
     local reno = s.r + ADAPT_RENO * (now - s.t_move) / 1000000
     r = min(r, max(s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x), reno))
   end
@@ -147,3 +148,4 @@ local function adapt_advertise(s, now, adv)
   s.adv, s.r, s.t_move = adv, min(max(adv, s.min), s.max), now
   return adapt_events(s) ~= was
 end
+
