@@ -149,3 +149,29 @@ local function adapt_advertise(s, now, adv)
   return adapt_events(s) ~= was
 end
 
+-- The use of a learned rate: v (a STRING "window_us count prev", or nil)
+-- counted n more events reserved at now: the events of the second from
+-- window_us, and of the one before.
+local function adapt_count(v, now, n)
+  local w, c, p = string.match(v or '', '^(%d+) (%d+) (%d+)$')
+  w, c, p = tonum(w), tonum(c), tonum(p)
+  if not w or now - w >= 2000000 then
+    w, c, p = now, 0, 0
+  elseif now - w >= 1000000 then
+    w, c, p = w + 1000000, 0, c
+  end
+  return fmt(w) .. ' ' .. fmt(c + n) .. ' ' .. fmt(p)
+end
+
+-- The events v (adapt_count's) counted in the second before now, the
+-- second before its window weighted by its part in that second; nil
+-- when v covers less than a second (not measured).
+local function adapt_used(v, now)
+  local w, c, p = string.match(v or '', '^(%d+) (%d+) (%d+)$')
+  w, c, p = tonum(w), tonum(c), tonum(p)
+  if not w or (p == 0 and now - w < 1000000) then return nil end
+  local age = now - w
+  if age >= 2000000 then return nil end
+  if age >= 1000000 then return c * (2 - age / 1000000) end
+  return c + p * (1 - age / 1000000)
+end

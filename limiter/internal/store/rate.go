@@ -120,6 +120,7 @@ const (
 	fleetSuffix = "}:rate:fleet"
 	movedSuffix = "}:rate:moved"
 	adaptSuffix = "}:rate:adapt"
+	usedSuffix  = "}:rate:used"
 	pauseSuffix = "}:pause"
 )
 
@@ -127,13 +128,15 @@ const (
 // strings: its GCRA state, its pause, its fleet rate, what the last
 // pause moved (pause.lua), the learned rate's state (adapt.lua) and the
 // semaphore's state of the same name (whose fleet limit, when all used,
-// keeps a learned rate from growing: reserve.lua). The
+// keeps a learned rate from growing: reserve.lua) and the events a
+// learned rate reserved in the last two seconds (its use, which an
+// overload cuts it from: pause.lua). The
 // hash tag is the semaphore's of the same name, so a pause is one key
 // for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix, tag + stateSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4], keys[5]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix, tag + stateSuffix, tag + usedSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]}}
 }
 
 // NewPauseKeyspace returns the keys Pause runs on: the semaphore's of
@@ -143,7 +146,7 @@ func NewRateKeyspace(prefix, name string) Keyspace {
 func NewPauseKeyspace(prefix, name string) Keyspace {
 	k := NewKeyspace(prefix, name, 1)
 	rate := NewRateKeyspace(prefix, name).Keys
-	for _, i := range []int{0, 3, 2, 4} {
+	for _, i := range []int{0, 3, 2, 4, 6} {
 		k.Keys = append(k.Keys, rate[i])
 		k.Args = append(k.Args, rate[i])
 	}
