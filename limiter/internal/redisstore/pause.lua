@@ -55,10 +55,16 @@ local advertised = ARGV[5]
 
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
--- until_us, from used, the permits held then.
-local function cut_learned_limit(keys, state, now, until_us, used)
+-- until_us, from used, the permits held then. ceil: the rate is
+-- advertised, so the overload was the calls at once': the permits held
+-- less the refused call's are the upstream's, and the limit's ceiling
+-- (its adv) while the quota stands. Probing past them only draws 429s,
+-- one a probe (every 13s), each a fleet-wide pause: the advertised
+-- bench's only 429s.
+local function cut_learned_limit(keys, state, now, until_us, used, ceil)
   local s = adapt_parse(state)
   if not s or not adapt_down(s, now, until_us, used) then return end
+  if ceil and used and used > 1 then s.adv = max(s.min, used - 1) end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
 end
@@ -92,7 +98,17 @@ local function advertise_learned(keys, now, adv_events, adv_ns)
   local s = st[1] and adapt_parse(st[2])
   if not s then return 1 end
   local events, per_ns, burst = string.match(st[1], '^(%d+) (%d+) (%d+)$')
-  if not adapt_advertise(s, now, adv_events * per_ns / adv_ns) then
+  local adv = adv_events * per_ns / adv_ns
+  if math.abs(adv - s.adv) > 1e-5 * adv then
+    -- Another quota: the plan changed, the calls at once may have too.
+    -- The learned limit's ceiling (cut_learned_limit) goes.
+    local ls = adapt_parse(redis.call('HGET', keys[2], 'adapt'))
+    if ls and ls.adv > 0 then
+      ls.adv = 0
+      redis.call('HSET', keys[2], 'adapt', adapt_string(ls))
+    end
+  end
+  if not adapt_advertise(s, now, adv) then
     redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
     return 1
   end
@@ -164,7 +180,7 @@ if overload and was <= now then
   local st = redis.call('HMGET', KEYS[2], 'adapt', 'total')
   local rs = adapt_parse(redis.call('GET', KEYS[8]))
   if not (rs and rs.adv > 0) then scale = cut_learned(KEYS, now, until_us, tat) end
-  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]))
+  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]), rs and rs.adv > 0)
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then
