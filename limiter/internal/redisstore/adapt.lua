@@ -60,7 +60,7 @@ local ADAPT_SLOW_CUT = 0.7
 local ADAPT_SLOW_BELOW = 0.95 -- the slow start's plateau, under the rate that overloaded
 local ADAPT_K_US = 3000000 -- back to the plateau after a cut
 local ADAPT_FLAT_US = 8000000 -- on the plateau, before probing past it
-local ADAPT_UP_US = 2000000 -- the curve's scale past the plateau
+local ADAPT_UP_US = 1500000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
 local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
 
