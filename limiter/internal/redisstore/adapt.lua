@@ -21,12 +21,14 @@
 --
 -- The law is CUBIC's (RFC 9438), on values shared by the fleet. The slow
 -- start doubles r per second of calls while it is all used (reservations
--- wait; acquires find every permit taken); a rise of the rate re-paces
--- the times already reserved (reserve.lua). An overload (a 429 or 503,
+-- wait, while the name's fleet limit is not all used: reserve.lua;
+-- acquires find every permit taken); a rise of the rate re-paces the
+-- times already reserved (reserve.lua). An overload (a 429 or 503,
 -- Overload) cuts both values (pause.lua: which of the upstream's limits
--- refused cannot be told), each from its use (adapt_down). The slow
--- start's first cuts r to ADAPT_SLOW_CUT and sets wmax to
--- ADAPT_SLOW_BELOW of it (it overshot by the 429's delay); a later one
+-- refused cannot be told), each from its use (adapt_down: the limit's
+-- permits held; the rate's events reserved in the last second when it
+-- had room, adapt_count). The slow start's first cuts r to
+-- ADAPT_SLOW_CUT and sets wmax to ADAPT_SLOW_BELOW of it; a later one
 -- cuts r to ADAPT_CUT of itself and sets wmax just below the r that
 -- overloaded (ADAPT_BELOW: the plateau is then a value the upstream
 -- took, where CUBIC's sits on the one it refused), or lower when it came
@@ -34,10 +36,12 @@
 -- cut holds r for the Retry-After, at least ADAPT_HOLD_US: the other
 -- refusals of the same episode, from any process, cut nothing more.
 -- Then, while all used, r grows as wmax * (1 + (1 - ADAPT_CUT) * x^3),
--- x = (t - t_over - ADAPT_K_US) / ADAPT_K_US below the plateau and on
--- ADAPT_UP_US past it: back near wmax in ADAPT_K_US, flat there, and
--- fast past it, which finds a limit that has grown (a doubling in about
--- ADAPT_K_US + 1.9 ADAPT_UP_US); and by at least ADAPT_RENO a second
+-- x = (t - t_over - ADAPT_K_US) / ADAPT_K_US below the plateau, 0 for
+-- ADAPT_FLAT_US, then on ADAPT_UP_US past it: back near wmax in
+-- ADAPT_K_US, flat there, and fast past it, which finds a limit that has
+-- grown (a doubling in about ADAPT_K_US + ADAPT_FLAT_US + 1.9
+-- ADAPT_UP_US; a probe every ADAPT_K_US + ADAPT_FLAT_US + 0.7
+-- ADAPT_UP_US); and by at least ADAPT_RENO a second
 -- (CUBIC's Reno-friendly region: an integer limit's plateau floors a
 -- whole permit low). Each overload costs the fleet its Retry-After's
 -- pause, so the plateau is long.
@@ -47,7 +51,9 @@
 -- bounds, and grows no further while it stands; a 429 does not cut it
 -- (pause.lua cuts the limit instead: the headers speak for the rate, and
 -- a quota spent, by this fleet or others sharing it, pauses until its
--- reset). A new advertisement replaces the last, up or down; clearing
+-- reset), and its overload's permits held, less the refused call's,
+-- ceil the learned limit (its adv) until the quota changes (pause.lua).
+-- A new advertisement replaces the last, up or down; clearing
 -- the learned state (SetRate's zero) forgets it.
 
 -- A learned rate's keys live ADAPT_KEEP_MS after its last move (a name
