@@ -36,6 +36,10 @@ type phaseStats struct {
 	Accepted   float64 // calls served in the phase
 	Goodput    float64 // served/s ÷ min(R, C/mean latency)
 	Oracle     float64 // Accepted ÷ the oracle's (NaN without one)
+	// Settled: served calls from Reach to the phase's end ÷ the oracle's
+	// over the same span (NaN without one, or never on target): goodput
+	// once converged, where Oracle counts the ramp against the phase.
+	Settled float64
 }
 
 // phaseSpan is a phase's [start, end) after "go".
@@ -117,7 +121,7 @@ func (r adaptiveRun) stats(k int, meanLat time.Duration) phaseStats {
 	st.Accepted = float64(s[b].Accepted - s[a].Accepted)
 	bound := math.Min(float64(ph.Rate), float64(ph.Limit)/meanLat.Seconds())
 	st.Goodput = st.Accepted / (s[b].At - s[a].At).Seconds() / bound
-	st.Oracle = math.NaN()
+	st.Oracle, st.Settled = math.NaN(), math.NaN()
 
 	tail := min(steadyTail, ph.Dur/2)
 	sa := firstAt(s, end-tail)
@@ -139,6 +143,16 @@ func (r adaptiveRun) stats(k int, meanLat time.Duration) phaseStats {
 	}
 	st.LearnedC, st.LearnedR = band(lc), band(lr)
 	return st
+}
+
+// served is the calls the upstream served between from and to.
+func (r adaptiveRun) served(from, to time.Duration) float64 {
+	s := r.Samples
+	a, b := firstAt(s, from), min(firstAt(s, to), len(s)-1)
+	if a >= b {
+		return 0
+	}
+	return float64(s[b].Accepted - s[a].Accepted)
 }
 
 // learnedPoint is the fleet's learned limit and rate (the processes'
@@ -247,8 +261,10 @@ func (row adaptiveRow) median(f func(phaseStats) float64) float64 {
 // run's served calls over the oracle's of the same round.
 func adaptiveRows(runs []adaptiveRun, o adaptiveOptions) []adaptiveRow {
 	oracle := map[[2]int]float64{} // round, phase -> accepted
+	oracleRun := map[int]adaptiveRun{}
 	for _, r := range runs {
 		if r.Variant == variantOracle {
+			oracleRun[r.Round] = r
 			for k := range r.Phases {
 				oracle[[2]int{r.Round, k}] = r.stats(k, o.meanLatency()).Accepted
 			}
@@ -267,6 +283,13 @@ func adaptiveRows(runs []adaptiveRun, o adaptiveOptions) []adaptiveRow {
 			if acc, ok := oracle[[2]int{r.Round, k}]; ok && acc > 0 {
 				st.Oracle = st.Accepted / acc
 			}
+			if orc, ok := oracleRun[r.Round]; ok && !math.IsInf(st.Reach, 1) {
+				start, end := phaseSpan(r.Phases, k)
+				from := start + time.Duration(st.Reach*float64(time.Second))
+				if acc := orc.served(from, end); acc > 0 {
+					st.Settled = r.served(from, end) / acc
+				}
+			}
 			rows[idx[key]].Rounds = append(rows[idx[key]].Rounds, st)
 		}
 	}
@@ -279,15 +302,15 @@ func variantOrder(name string) int {
 }
 
 func printAdaptive(out io.Writer, runs []adaptiveRun, o adaptiveOptions) {
-	fmt.Fprintln(out, "| variant | phase | hidden C, R | to target s | learned to target s | 429s % (steady) | in flight ÷ C p5–p95 | served/s ÷ R p5–p95 | learned ÷ C p5–p95 | learned ÷ R p5–p95 | goodput ÷ bound | ÷ oracle |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| variant | phase | hidden C, R | to target s | learned to target s | 429s % (steady) | in flight ÷ C p5–p95 | served/s ÷ R p5–p95 | learned ÷ C p5–p95 | learned ÷ R p5–p95 | goodput ÷ bound | ÷ oracle | ÷ oracle from target |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range adaptiveRows(runs, o) {
 		m := row.median
 		goal := "≥90 %"
 		if !row.Phase.Up {
 			goal = "±10 %"
 		}
-		fmt.Fprintf(out, "| %s | %s | %d, %d/s | %s (%s) | %s | %.1f | %s | %s | %s | %s | %.2f | %s |\n",
+		fmt.Fprintf(out, "| %s | %s | %d, %d/s | %s (%s) | %s | %.1f | %s | %s | %s | %s | %.2f | %s | %s |\n",
 			row.Variant, row.Phase.Name, row.Phase.Limit, row.Phase.Rate,
 			secs(m(func(s phaseStats) float64 { return s.Reach })), goal,
 			secs(m(func(s phaseStats) float64 { return s.ReachL })),
@@ -297,7 +320,8 @@ func printAdaptive(out io.Writer, runs []adaptiveRun, o adaptiveOptions) {
 			bandOf(row, func(s phaseStats) [2]float64 { return s.LearnedC }),
 			bandOf(row, func(s phaseStats) [2]float64 { return s.LearnedR }),
 			m(func(s phaseStats) float64 { return s.Goodput }),
-			num(m(func(s phaseStats) float64 { return s.Oracle })))
+			num(m(func(s phaseStats) float64 { return s.Oracle })),
+			num(m(func(s phaseStats) float64 { return s.Settled })))
 	}
 	fmt.Fprintln(out)
 	printAdaptiveCosts(out, runs)
@@ -363,7 +387,9 @@ its half). In flight: the upstream's count every 100 ms; served/s: 1 s windows e
 learned: the processes' applied values summed (variants that learn); "learned to target":
 the same thresholds on the learned limit and rate both, held 2 s. Goodput: served/s over
 the phase ÷ min(R, C ÷ mean call %v); ÷ oracle: served calls over the oracle's, same round
-and phase. Medians over rounds where more than one.
+and phase, the ramp counted against the phase; from target: the same from the variant's
+"to target" to the phase's end (the oracle's calls over the same span). Medians over rounds
+where more than one.
 `, 100*reachShare, 100*settleBand, 100*settleBand, steadyTail, o.meanLatency())
 }
 

@@ -2,6 +2,8 @@ package limiter_test
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +77,44 @@ func TestAdvertiseLowerRepacesReservations(t *testing.T) {
 	}
 }
 
+// A higher advertised rate draws in what was reserved at the old one, as
+// a learned rise does (TestRiseRepacesReservations): six reserved 500ms
+// apart at a start of 2/s go 250ms apart once 4/s is advertised, and one
+// reserved after comes after them.
+func TestAdvertiseHigherRepacesReservations(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-rise")
+	ctx := ctxT(t, 20*time.Second)
+	rl := learnedRate(t, b, name, 100, 2)
+	rs, at := reserveAhead(t, rl, 6) // now, +500ms ... +2.5s
+	defer func() {
+		for _, r := range rs {
+			_, _ = r.Cancel(ctx)
+		}
+	}()
+	awaitPauseListeners(t, b.client(t), 1)
+	if err := inspect.New(clientFor(t, b.client(t))).Advertise(ctx, name, limiter.Rate{Events: 4, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	last := len(rs) - 1
+	redistest.Eventually(t, 5*time.Second, "the last reservation drawn in", func() bool {
+		return at[last].Sub(rs[last].Time()) > 900*time.Millisecond
+	})
+	for i := 2; i < len(rs); i++ {
+		if gap := rs[i].Time().Sub(rs[i-1].Time()); gap < 230*time.Millisecond || gap > 270*time.Millisecond {
+			t.Errorf("reservations %d and %d are %v apart after 4/s was advertised, want 250ms", i-1, i, gap)
+		}
+	}
+	next, err := rl.ReserveN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Cancel(ctx)
+	if gap := next.Time().Sub(rs[last].Time()); gap < 230*time.Millisecond {
+		t.Errorf("the reservation made after the rise is %v after the drawn-in ones, want 250ms", gap)
+	}
+}
+
 // A fixed rate ignores an advertisement; a bad quota is refused by name.
 func TestAdvertiseFixedRateAndBadInput(t *testing.T) {
 	b := singleBackend(t)
@@ -145,5 +185,80 @@ func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
 	events, _ := fleetEvents(t, insp, name)
 	if limit != 7 || events != 40 {
 		t.Errorf("after an overload under an advertised 40/s: limit %d, rate %d/s; want 7 (10 cut) and 40 (left)", limit, events)
+	}
+}
+
+// Under an advertised rate an overload is the calls at once': the
+// permits held less the refused call's become the learned limit's
+// ceiling, which it does not probe past (each probe would be a 429)
+// until the quota changes. The state's last overload is moved 30s back,
+// where the curve would let the limit grow far past it.
+func TestAdvertisedRateCeilsTheLearnedLimit(t *testing.T) {
+	b := singleBackend(t)
+	name := uniqueName(b, "adv-ceil")
+	ctx := ctxT(t, 20*time.Second)
+	rdb := b.client(t)
+	c := clientFor(t, rdb, limiter.RestartQuarantine(0))
+	sem, err := c.Semaphore(name, 30, limiter.Adaptive(1, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := c.RateLimit(name, limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	insp := inspect.New(c)
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 40, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var held []*limiter.Lease
+	for range 10 {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if _, err := insp.Overload(ctx, name, 0); err != nil { // 10 held: the upstream took 9
+		t.Fatal(err)
+	}
+	for _, l := range held {
+		_ = l.Release(ctx)
+	}
+	state := keysMatching(t, rdb, "*"+name+"}:state")
+	if len(state) != 1 {
+		t.Fatalf("state keys %v, want one", state)
+	}
+	long := func() { // the last overload and move 30s ago, no hold: growth is not held back
+		f := strings.Fields(rdb.HGet(ctx, state[0], "adapt").Val())
+		ago := strconv.FormatInt(rdb.Time(ctx).Val().UnixMicro()-30e6, 10)
+		f[4], f[5], f[6] = ago, ago, ago
+		rdb.HSet(ctx, state[0], "adapt", strings.Join(f, " "))
+	}
+	fill := func() int64 { // acquires past the limit: each that finds all taken grows it
+		var got []*limiter.Lease
+		for range 15 {
+			long()
+			if l, err := sem.TryAcquire(ctx); err == nil {
+				got = append(got, l)
+			}
+		}
+		for _, l := range got {
+			_ = l.Release(ctx)
+		}
+		limit, _ := insp.Limit(ctx, name)
+		return limit
+	}
+	if limit := fill(); limit != 9 {
+		t.Errorf("all used long after an overload with 10 held under an advertised rate: limit %d, want 9", limit)
+	}
+	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 80, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if limit := fill(); limit <= 10 {
+		t.Errorf("all used after the quota changed: limit %d, want it grown past 10", limit)
 	}
 }

@@ -226,5 +226,5 @@ func ExampleAdaptive() {
 	st, _ := inspect.New(client).Rate(ctx, "example:learned")
 	fmt.Printf("%d/s learned (bounds %d..%d), last overload at %.0f/s\n", st.Fleet.Events, st.Learned.Min, st.Learned.Max, st.Learned.Overload)
 	// Output:
-	// 35/s learned (bounds 1..100), last overload at 42/s
+	// 35/s learned (bounds 1..100), last overload at 48/s
 }

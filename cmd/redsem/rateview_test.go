@@ -287,11 +287,11 @@ func TestShowLearnedRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", false) })
-	if !strings.Contains(out, "learned:") || !strings.Contains(out, "35.0 within 1..100; last overload at 42.5") {
-		t.Errorf("show learn:\n%s\nwant the learned 35.0 within 1..100 and its last overload at 42.5", out)
+	if !strings.Contains(out, "learned:") || !strings.Contains(out, "35.0 within 1..100; last overload at 47.5") {
+		t.Errorf("show learn:\n%s\nwant the learned 35.0 within 1..100 and its last overload at 47.5", out)
 	}
 	js := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "learn", true) })
-	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"value":35,"last_overload_rate":42.5`) {
+	if !strings.Contains(strings.Join(strings.Fields(js), ""), `"learned":{"min":1,"max":100,"value":35,"last_overload_rate":47.5`) {
 		t.Errorf("show -json learn: %s\nwant its learned state", js)
 	}
 	if !strings.Contains(js, `"last_move": "overload"`) {

@@ -21,12 +21,14 @@
 --
 -- The law is CUBIC's (RFC 9438), on values shared by the fleet. The slow
 -- start doubles r per second of calls while it is all used (reservations
--- wait; acquires find every permit taken); a rise of the rate re-paces
--- the times already reserved (reserve.lua). An overload (a 429 or 503,
+-- wait, while the name's fleet limit is not all used: reserve.lua;
+-- acquires find every permit taken); a rise of the rate re-paces the
+-- times already reserved (reserve.lua). An overload (a 429 or 503,
 -- Overload) cuts both values (pause.lua: which of the upstream's limits
--- refused cannot be told), each from its use (adapt_down). The slow
--- start's first cuts r to ADAPT_SLOW_CUT and sets wmax to
--- ADAPT_SLOW_BELOW of it (it overshot by the 429's delay); a later one
+-- refused cannot be told), each from its use (adapt_down: the limit's
+-- permits held; the rate's events reserved in the last second when it
+-- had room, adapt_count). The slow start's first cuts r to
+-- ADAPT_SLOW_CUT and sets wmax to ADAPT_SLOW_BELOW of it; a later one
 -- cuts r to ADAPT_CUT of itself and sets wmax just below the r that
 -- overloaded (ADAPT_BELOW: the plateau is then a value the upstream
 -- took, where CUBIC's sits on the one it refused), or lower when it came
@@ -34,10 +36,12 @@
 -- cut holds r for the Retry-After, at least ADAPT_HOLD_US: the other
 -- refusals of the same episode, from any process, cut nothing more.
 -- Then, while all used, r grows as wmax * (1 + (1 - ADAPT_CUT) * x^3),
--- x = (t - t_over - ADAPT_K_US) / ADAPT_K_US below the plateau and on
--- ADAPT_UP_US past it: back near wmax in ADAPT_K_US, flat there, and
--- fast past it, which finds a limit that has grown (a doubling in about
--- ADAPT_K_US + 1.9 ADAPT_UP_US); and by at least ADAPT_RENO a second
+-- x = (t - t_over - ADAPT_K_US) / ADAPT_K_US below the plateau, 0 for
+-- ADAPT_FLAT_US, then on ADAPT_UP_US past it: back near wmax in
+-- ADAPT_K_US, flat there, and fast past it, which finds a limit that has
+-- grown (a doubling in about ADAPT_K_US + ADAPT_FLAT_US + 1.9
+-- ADAPT_UP_US; a probe every ADAPT_K_US + ADAPT_FLAT_US + 0.7
+-- ADAPT_UP_US); and by at least ADAPT_RENO a second
 -- (CUBIC's Reno-friendly region: an integer limit's plateau floors a
 -- whole permit low). Each overload costs the fleet its Retry-After's
 -- pause, so the plateau is long.
@@ -47,7 +51,9 @@
 -- bounds, and grows no further while it stands; a 429 does not cut it
 -- (pause.lua cuts the limit instead: the headers speak for the rate, and
 -- a quota spent, by this fleet or others sharing it, pauses until its
--- reset). A new advertisement replaces the last, up or down; clearing
+-- reset), and its overload's permits held, less the refused call's,
+-- ceil the learned limit (its adv) until the quota changes (pause.lua).
+-- A new advertisement replaces the last, up or down; clearing
 -- the learned state (SetRate's zero) forgets it.
 
 -- A learned rate's keys live ADAPT_KEEP_MS after its last move (a name
@@ -57,9 +63,10 @@ local ADAPT_KEEP_MS = 86400000
 local ADAPT_CUT = 0.85
 local ADAPT_BELOW = 0.95 -- the plateau, under the rate that overloaded
 local ADAPT_SLOW_CUT = 0.7
-local ADAPT_SLOW_BELOW = 0.85 -- the slow start's plateau, under the rate that overloaded
-local ADAPT_K_US = 7000000
-local ADAPT_UP_US = 3000000 -- the curve's scale past the plateau
+local ADAPT_SLOW_BELOW = 0.95 -- the slow start's plateau, under the rate that overloaded
+local ADAPT_K_US = 3000000 -- back to the plateau after a cut
+local ADAPT_FLAT_US = 8000000 -- on the plateau, before probing past it
+local ADAPT_UP_US = 1500000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
 local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
 
@@ -98,7 +105,7 @@ local function adapt_up(s, now, n)
   local r = min(s.r + n, s.r * 2 ^ (min(now - s.t_move, 1000000) / 1000000))
   if s.wmax > 0 then
     local x = (now - s.t_over - ADAPT_K_US) / ADAPT_K_US
-    if x > 0 then x = x * ADAPT_K_US / ADAPT_UP_US end
+    if x > 0 then x = max(now - s.t_over - ADAPT_K_US - ADAPT_FLAT_US, 0) / ADAPT_UP_US end
     local reno = s.r + ADAPT_RENO * (now - s.t_move) / 1000000
     r = min(r, max(s.wmax * (1 + (1 - ADAPT_CUT) * x * x * x), reno))
   end
@@ -146,4 +153,31 @@ local function adapt_advertise(s, now, adv)
   local was = adapt_events(s)
   s.adv, s.r, s.t_move = adv, min(max(adv, s.min), s.max), now
   return adapt_events(s) ~= was
+end
+
+-- The use of a learned rate: v (a STRING "window_us count prev", or nil)
+-- counted n more events reserved at now: the events of the second from
+-- window_us, and of the one before.
+local function adapt_count(v, now, n)
+  local w, c, p = string.match(v or '', '^(%d+) (%d+) (%d+)$')
+  w, c, p = tonum(w), tonum(c), tonum(p)
+  if not w or now - w >= 2000000 then
+    w, c, p = now, 0, 0
+  elseif now - w >= 1000000 then
+    w, c, p = w + 1000000, 0, c
+  end
+  return fmt(w) .. ' ' .. fmt(c + n) .. ' ' .. fmt(p)
+end
+
+-- The events v (adapt_count's) counted in the second before now, the
+-- second before its window weighted by its part in that second; nil
+-- when v covers less than a second (not measured).
+local function adapt_used(v, now)
+  local w, c, p = string.match(v or '', '^(%d+) (%d+) (%d+)$')
+  w, c, p = tonum(w), tonum(c), tonum(p)
+  if not w or (p == 0 and now - w < 1000000) then return nil end
+  local age = now - w
+  if age >= 2000000 then return nil end
+  if age >= 1000000 then return c * (2 - age / 1000000) end
+  return c + p * (1 - age / 1000000)
 end

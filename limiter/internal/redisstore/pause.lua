@@ -6,6 +6,8 @@
 -- KEYS[6] moved: the rate's record of a pause's move (reserve.lua)
 -- KEYS[7] fleet: the rate's fleet rate (reserve.lua)
 -- KEYS[8] adapt: the learned rate's state (adapt.lua)
+-- KEYS[9] used: the learned rate's use (reserve.lua, adapt.lua's
+--               adapt_count)
 -- ARGV[1] d_us: the pause, µs from now ('lift': lift the pause)
 -- ARGV[2] own: the caller's wake channel
 -- ARGV[3] notice: the channel every Client of the prefix hears pauses on
@@ -53,43 +55,84 @@ local advertised = ARGV[5]
 
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
--- until_us, from used, the permits held then.
-local function cut_learned_limit(keys, state, now, until_us, used)
+-- until_us, from used, the permits held then. ceil: the rate is
+-- advertised, so the overload was the calls at once': the permits held
+-- less the refused call's are the upstream's, and the limit's ceiling
+-- (its adv) while the quota stands. Probing past them only draws 429s,
+-- one a probe (every 13s), each a fleet-wide pause: the advertised
+-- bench's only 429s.
+local function cut_learned_limit(keys, state, now, until_us, used, ceil)
   local s = adapt_parse(state)
   if not s or not adapt_down(s, now, until_us, used) then return end
+  if ceil and used and used > 1 then s.adv = max(s.min, used - 1) end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
 end
 
 -- Cuts the learned rate of KEYS (adapt.lua) for an overload at now whose
 -- pause ends at until_us; returns the old rate over the new (1: no cut).
-local function cut_learned(keys, now, until_us)
-  local st = redis.call('MGET', keys[7], keys[8])
+-- With no reservation waiting (tat, the next free time, not ahead) the
+-- rate had room: something else bound (the calls at once), and it is
+-- cut from its use, the events reserved in the last second, in its unit
+-- (untested, it stayed at 1.3-1.6 times the upstream's after the bench's
+-- halving, cut by 0.85 an episode). While they wait it is all used, and
+-- cut from itself (the last second's count lags a rate that grew).
+local function cut_learned(keys, now, until_us, tat)
+  local st = redis.call('MGET', keys[7], keys[8], keys[9])
   local s = st[1] and adapt_parse(st[2])
-  if not s or not adapt_down(s, now, until_us) then return 1 end
-  local events, per_burst = string.match(st[1], '^(%d+)( %d+ %d+)$')
+  local events, per, burst = string.match(st[1] or '', '^(%d+) (%d+) (%d+)$')
+  local used = (not tat or tat <= now) and adapt_used(st[3], now)
+  if used and per then used = used * per / 1e9 end
+  if not s or not adapt_down(s, now, until_us, used) then return 1 end
   local cut = adapt_events(s)
   redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
-  redis.call('SET', keys[7], fmt(cut) .. per_burst, 'PX', ADAPT_KEEP_MS)
+  redis.call('SET', keys[7], fmt(cut) .. ' ' .. per .. ' ' .. burst, 'PX', ADAPT_KEEP_MS)
   return max(events / cut, 1)
 end
 
 -- Sets the learned rate of KEYS (adapt.lua) at now to the one the
 -- upstream advertises, adv_events per adv_ns; returns the old rate over
--- the new (1: not lower).
+-- the new (1: unchanged; below 1: a rise).
 local function advertise_learned(keys, now, adv_events, adv_ns)
   local st = redis.call('MGET', keys[7], keys[8])
   local s = st[1] and adapt_parse(st[2])
   if not s then return 1 end
   local events, per_ns, burst = string.match(st[1], '^(%d+) (%d+) (%d+)$')
-  if not adapt_advertise(s, now, adv_events * per_ns / adv_ns) then
+  local adv = adv_events * per_ns / adv_ns
+  if math.abs(adv - s.adv) > 1e-5 * adv then
+    -- Another quota: the plan changed, the calls at once may have too.
+    -- The learned limit's ceiling (cut_learned_limit) goes.
+    local ls = adapt_parse(redis.call('HGET', keys[2], 'adapt'))
+    if ls and ls.adv > 0 then
+      ls.adv = 0
+      redis.call('HSET', keys[2], 'adapt', adapt_string(ls))
+    end
+  end
+  if not adapt_advertise(s, now, adv) then
     redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
     return 1
   end
   local now_events = adapt_events(s)
   redis.call('SET', keys[8], adapt_string(s), 'PX', ADAPT_KEEP_MS)
   redis.call('SET', keys[7], fmt(now_events) .. ' ' .. per_ns .. ' ' .. burst, 'PX', ADAPT_KEEP_MS)
-  return max(events / now_events, 1)
+  return events / now_events
+end
+
+-- Draws in from now by scale (below 1) the times reserved at the rate
+-- before an advertised rise, as reserve.lua does for a learned rise: tat,
+-- and every Client's reservations by the notice "now tat 0 xscale key",
+-- which moves those whose Next is at most tat and whose reply said the
+-- rate moved before now (adapt_advertise set t_move to now). Callers that
+-- reserved at a cold start's 5/s before the first answer otherwise kept
+-- their times: 6-9s to the advertised rate in the bench. Not while paused:
+-- the times are the pause's, and its end is not the rise's time.
+local function draw_in(keys, now, tat, scale)
+  local to = ceil(now + (tat - now) * scale)
+  redis.call('SET', keys[5], fmt(to), 'PX', ceil((to - now + RATE_KEEP_US) / 1000))
+  redis.call('DEL', keys[6])
+  if notice ~= '' then
+    redis.call('PUBLISH', notice, fmt(now) .. ' ' .. fmt(tat) .. ' 0 x' .. format('%.17g', scale) .. ' ' .. keys[5])
+  end
 end
 
 if d_us == 'lift' then
@@ -124,6 +167,10 @@ if advertised ~= '' then
   -- A lower rate re-paces what was reserved at the old one, as a cut.
   local e, p = string.match(advertised, '^(%d+) (%d+)$')
   scale = advertise_learned(KEYS, now, e + 0, p + 0)
+  if scale < 1 then
+    if tat and tat > now and was <= now then draw_in(KEYS, now, tat, scale) end
+    scale = 1
+  end
 end
 --
 -- A rate the upstream advertises (adapt.lua's adv) is its quota's: the
@@ -132,8 +179,8 @@ end
 if overload and was <= now then
   local st = redis.call('HMGET', KEYS[2], 'adapt', 'total')
   local rs = adapt_parse(redis.call('GET', KEYS[8]))
-  if not (rs and rs.adv > 0) then scale = cut_learned(KEYS, now, until_us) end
-  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]))
+  if not (rs and rs.adv > 0) then scale = cut_learned(KEYS, now, until_us, tat) end
+  cut_learned_limit(KEYS, st[1], now, until_us, tonum(st[2]), rs and rs.adv > 0)
 end
 if moved > 0 or scale > 1 then
   if tat and tat > now then

@@ -16,6 +16,10 @@
 -- KEYS[5] adapt: STRING the learned rate's state (adapt.lua), 'pin' when
 --               an operator set the fleet rate since; absent: not learned
 --               (with a fleet rate: one set before any learning, pinned)
+-- KEYS[6] sem: HASH the state of the semaphore of the same name (see
+--               common.lua; read: 'total', 'cap')
+-- KEYS[7] used: STRING "window_us count prev": the events a learned rate
+--               reserved in the last two seconds (adapt.lua's adapt_count)
 -- ARGV[5] careful: 1 a name with no state takes its burst as spent
 --         until the server is surely older than a burst (see below)
 -- ARGV[6] learn: '' the asking rate is fixed; else "min start max per_ns"
@@ -47,7 +51,7 @@ local notice = ARGV[7]
 -- in the order they reached Redis, paced exactly, with one call each.
 -- Three commands (MGET, TIME, SET; a DEL after a pause): every key is a
 -- string.
-local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
 local now = now_us()
 -- A learned rate: its state, started by the first learning Client, and
 -- the fleet rate it applies. A fleet rate stored without a state was set
@@ -110,9 +114,26 @@ if max_wait >= 0 and wait > max_wait then
   return {0, ceil(wait), paused > now and 1 or 0}
 end
 local nxt = ceil(tat + n * T)
+-- Whether the semaphore of the name has its fleet limit all used: the
+-- calls at once bind, and the rate is not what waits on the upstream.
+-- Its callers reserve the rate, then wait for a permit, then renew a late
+-- slot: their reservations wait by chance, not because the rate binds
+-- (the bench's learned rate climbed to 1.5 times the upstream's while its
+-- learned limit held the fleet at the upstream's calls at once).
+local function limit_binds()
+  local h = redis.call('HMGET', KEYS[6], 'total', 'cap')
+  return h[2] and (tonum(h[1]) or 0) >= h[2] + 0
+end
 -- An event that waits says the rate is all used: a learned rate grows
--- (not for a pause's wait), for the reservations after this one.
-if learned and wait > 0 and paused <= now and adapt_up(learned, now, n) then
+-- (not for a pause's wait, nor while the limit binds), for the
+-- reservations after this one.
+local grew = false
+if learned and wait > 0 and paused <= now then
+  local r, t_move = learned.r, learned.t_move
+  grew = adapt_up(learned, now, n)
+  if grew and limit_binds() then learned.r, learned.t_move, grew = r, t_move, false end
+end
+if grew then
   local per_burst = string.match(st[3], '^%d+( %d+ %d+)$')
   local events = adapt_events(learned)
   redis.call('SET', KEYS[3], fmt(events) .. per_burst, 'PX', ADAPT_KEEP_MS)
@@ -138,6 +159,11 @@ end
 local nxt_s = fmt(nxt)
 redis.call('SET', KEYS[1], nxt_s, 'PX', ceil((nxt - now + RATE_KEEP_US) / 1000))
 if st[4] then redis.call('DEL', KEYS[4]) end
+-- A learned rate's use: what the fleet sends when something else binds
+-- (the calls at once), which an overload cuts the rate from (pause.lua).
+-- AllowN's events (max_wait 0) are not counted: a late reservation's
+-- Renew asks again for the event it counted.
+if learned and max_wait ~= 0 then redis.call('SET', KEYS[7], adapt_count(st[6], now, n), 'PX', 2000) end
 if wait == 0 then return 1 end
 if learned then return {1, ceil(wait), fmt(tat), nxt_s, fmt(learned.t_move)} end
 return {1, ceil(wait), fmt(tat), nxt_s}

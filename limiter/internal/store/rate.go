@@ -120,18 +120,23 @@ const (
 	fleetSuffix = "}:rate:fleet"
 	movedSuffix = "}:rate:moved"
 	adaptSuffix = "}:rate:adapt"
+	usedSuffix  = "}:rate:used"
 	pauseSuffix = "}:pause"
 )
 
 // NewRateKeyspace returns the keys of the rate name under prefix, all
 // strings: its GCRA state, its pause, its fleet rate, what the last
-// pause moved (pause.lua) and the learned rate's state (adapt.lua). The
+// pause moved (pause.lua), the learned rate's state (adapt.lua) and the
+// semaphore's state of the same name (whose fleet limit, when all used,
+// keeps a learned rate from growing: reserve.lua) and the events a
+// learned rate reserved in the last two seconds (its use, which an
+// overload cuts it from: pause.lua). The
 // hash tag is the semaphore's of the same name, so a pause is one key
 // for both.
 func NewRateKeyspace(prefix, name string) Keyspace {
 	tag := prefix + "{" + tagEscaper.Replace(name)
-	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix}
-	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4]}}
+	keys := []string{tag + rateSuffix, tag + pauseSuffix, tag + fleetSuffix, tag + movedSuffix, tag + adaptSuffix, tag + stateSuffix, tag + usedSuffix}
+	return Keyspace{Keys: keys, Args: []any{keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]}}
 }
 
 // NewPauseKeyspace returns the keys Pause runs on: the semaphore's of
@@ -141,7 +146,7 @@ func NewRateKeyspace(prefix, name string) Keyspace {
 func NewPauseKeyspace(prefix, name string) Keyspace {
 	k := NewKeyspace(prefix, name, 1)
 	rate := NewRateKeyspace(prefix, name).Keys
-	for _, i := range []int{0, 3, 2, 4} {
+	for _, i := range []int{0, 3, 2, 4, 6} {
 		k.Keys = append(k.Keys, rate[i])
 		k.Args = append(k.Args, rate[i])
 	}
