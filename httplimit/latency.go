@@ -69,7 +69,6 @@ func (l *latency) slow(took time.Duration, tolerance float64, now time.Time) boo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n < latencyWarmup {
-		l.n++
 		l.warm[l.n] = s
 		l.n++
 		if l.n == latencyWarmup {

@@ -60,3 +60,16 @@ func TestLatencySignalsARunOfSlowAnswers(t *testing.T) {
 	}
 	t.Fatal("no signal after the quiet period")
 }
+
+// The baseline starts from the median of all latencyWarmup answers, each
+// counted once.
+func TestLatencyBaselineIsTheWarmUpsMedian(t *testing.T) {
+	var l latency
+	now := time.Now()
+	for i := range latencyWarmup {
+		l.slow(time.Duration(i+1)*10*time.Millisecond, 1.5, now)
+	}
+	if l.base != 0.06 {
+		t.Fatalf("baseline %vs after answers of 10ms..100ms, want their median, 0.06s", l.base)
+	}
+}
