@@ -23,7 +23,9 @@ import (
 // inspect.Inspector.Overload without a pause: a 429's cut, once per
 // episode for the whole fleet. At most once a second per process and
 // key; the call is detached from the request's cancellation and bounded
-// by 2s, and a failure is logged. 0 (the default) turns it off; 1.5 is
+// by 2s, and a failure is logged. It is made before the slow answer is
+// returned: with Redis slow or down, that answer waits up to 2s more.
+// 0 (the default) turns it off; 1.5 is
 // Gradient2's tolerance; one not above 1 makes NewTransport return a
 // *limiter.ArgumentError naming "CutOnLatency". Without a learned value
 // the call cuts nothing; a key past the gate cache's bound (10,000 keys

@@ -185,9 +185,9 @@ func runKneeChild() int {
 // with the calls in flight) and refuses only past 24 in flight. Without
 // the latency signal the learned limit grows until the upstream sheds
 // (it settled at 16-20 in three runs); with CutOnLatency(1.5) the slow
-// answers cut it first (5.7-5.8): fewer 429s than without (none), and
-// the upstream serves nearly as many calls (past the knee, more in
-// flight adds only time).
+// answers cut it first (5.7-5.8): a lower limit, no more 429s than
+// without (none), and the upstream serves nearly as many calls (past
+// the knee, more in flight adds only time).
 func TestTransportCutsOnLatencyAcrossProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	insp := inspect.New(redistest.Limiter(t, srv.Client(t)))
@@ -204,8 +204,11 @@ func TestTransportCutsOnLatencyAcrossProcesses(t *testing.T) {
 	servedOff, refusedOff, loadOff := off.up.counts()
 	t.Logf("with the signal: %d served, %d refused; second half: %.1f in flight, learned %.1f (%v)", servedOn, refusedOn, loadOn, on.settled(), on.limits)
 	t.Logf("without: %d served, %d refused; second half: %.1f in flight, learned %.1f (%v)", servedOff, refusedOff, loadOff, off.settled(), off.limits)
-	if refusedOn >= max(refusedOff, 1) {
-		t.Errorf("%d 429s with the latency signal against %d without: it cut nothing before the upstream shed", refusedOn, refusedOff)
+	// The claim is judged on the limits learned: a run that sheds once
+	// on a loaded machine (a stall) is noise in either count of 429s.
+	if on.settled() >= off.settled() || refusedOn > refusedOff {
+		t.Errorf("learned %.1f with %d 429s with the latency signal against %.1f with %d without: it cut nothing before the upstream shed",
+			on.settled(), refusedOn, off.settled(), refusedOff)
 	}
 	// At 6 in flight an answer takes 1.5 times its time at the knee, at 8
 	// twice: the signal cuts about there (later on a loaded machine,

@@ -188,14 +188,13 @@ func TestOverloadUnderAnAdvertisedRateCutsTheLimit(t *testing.T) {
 	}
 }
 
-// Under an advertised rate an overload is the calls at once': the
-// permits held less the refused call's become the learned limit's
-// ceiling, which it does not probe past (each probe would be a 429)
-// until the quota changes. The state's last overload is moved 30s back,
-// where the curve would let the limit grow far past it.
-func TestAdvertisedRateCeilsTheLearnedLimit(t *testing.T) {
+// ceilingFixture is a learned limit (bound 30, from 10) beside a learned
+// rate advertised at 40/s. ago moves its last overload, move and hold d
+// back; fill tries 25 acquires past the limit, each d after the last
+// overload (each that finds all taken grows it), and returns the limit.
+func ceilingFixture(t *testing.T, base string) (insp *inspect.Inspector, sem *limiter.Semaphore, fill func(d time.Duration) int64) {
 	b := singleBackend(t)
-	name := uniqueName(b, "adv-ceil")
+	name := uniqueName(b, base)
 	ctx := ctxT(t, 20*time.Second)
 	rdb := b.client(t)
 	c := clientFor(t, rdb, limiter.RestartQuarantine(0))
@@ -210,38 +209,29 @@ func TestAdvertisedRateCeilsTheLearnedLimit(t *testing.T) {
 	if _, err := rl.Allow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	insp := inspect.New(c)
+	insp = inspect.New(c)
 	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 40, Per: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	var held []*limiter.Lease
-	for range 10 {
-		l, err := sem.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
-	if _, err := insp.Overload(ctx, name, 0); err != nil { // 10 held: the upstream took 9
+	l, err := sem.TryAcquire(ctx) // the limit's state
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range held {
-		_ = l.Release(ctx)
-	}
+	_ = l.Release(ctx)
 	state := keysMatching(t, rdb, "*"+name+"}:state")
 	if len(state) != 1 {
 		t.Fatalf("state keys %v, want one", state)
 	}
-	long := func() { // the last overload and move 30s ago, no hold: growth is not held back
+	ago := func(d time.Duration) {
 		f := strings.Fields(rdb.HGet(ctx, state[0], "adapt").Val())
-		ago := strconv.FormatInt(rdb.Time(ctx).Val().UnixMicro()-30e6, 10)
-		f[4], f[5], f[6] = ago, ago, ago
+		at := strconv.FormatInt(rdb.Time(ctx).Val().Add(-d).UnixMicro(), 10)
+		f[4], f[5], f[6] = at, at, at
 		rdb.HSet(ctx, state[0], "adapt", strings.Join(f, " "))
 	}
-	fill := func() int64 { // acquires past the limit: each that finds all taken grows it
+	fill = func(d time.Duration) int64 {
 		var got []*limiter.Lease
-		for range 15 {
-			long()
+		for range 25 {
+			ago(d)
 			if l, err := sem.TryAcquire(ctx); err == nil {
 				got = append(got, l)
 			}
@@ -252,13 +242,62 @@ func TestAdvertisedRateCeilsTheLearnedLimit(t *testing.T) {
 		limit, _ := insp.Limit(ctx, name)
 		return limit
 	}
-	if limit := fill(); limit != 9 {
-		t.Errorf("all used long after an overload with 10 held under an advertised rate: limit %d, want 9", limit)
+	return insp, sem, fill
+}
+
+// overloadHolding overloads name with n of sem's permits held.
+func overloadHolding(t *testing.T, insp *inspect.Inspector, sem *limiter.Semaphore, n int64) {
+	ctx := ctxT(t, 10*time.Second)
+	var held []*limiter.Lease
+	for range n {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
 	}
-	if err := insp.Advertise(ctx, name, limiter.Rate{Events: 80, Per: time.Second}); err != nil {
+	if _, err := insp.Overload(ctx, sem.Name(), 0); err != nil {
 		t.Fatal(err)
 	}
-	if limit := fill(); limit <= 10 {
+	for _, l := range held {
+		_ = l.Release(ctx)
+	}
+}
+
+// Under an advertised rate an overload is likely the calls at once': the
+// permits held less the refused call's become the learned limit's
+// ceiling, which it does not probe past (each probe would be a 429)
+// for 30s after the overload, or until the quota changes. 20s after it
+// the curve alone would let the limit grow far past it.
+func TestAdvertisedRateCeilsTheLearnedLimit(t *testing.T) {
+	insp, sem, fill := ceilingFixture(t, "adv-ceil")
+	ctx := ctxT(t, 10*time.Second)
+	overloadHolding(t, insp, sem, 10) // the upstream took 9
+	if limit := fill(20 * time.Second); limit != 9 {
+		t.Errorf("all used 20s after an overload with 10 held under an advertised rate: limit %d, want 9", limit)
+	}
+	if err := insp.Advertise(ctx, sem.Name(), limiter.Rate{Events: 80, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if limit := fill(20 * time.Second); limit <= 10 {
 		t.Errorf("all used after the quota changed: limit %d, want it grown past 10", limit)
+	}
+}
+
+// Every overload under the advertised rate sets the ceiling from the
+// permits held, a permit below the last when they were all the limit's
+// (429s of other tenants, the latency signal's): the ceiling lapses 30s
+// after the last one, and the limit grows back past where it started.
+func TestLearnedLimitCeilingLapses(t *testing.T) {
+	insp, sem, fill := ceilingFixture(t, "adv-lapse")
+	overloadHolding(t, insp, sem, 10)
+	for want := int64(9); want > 6; want-- {
+		if limit := fill(20 * time.Second); limit != want {
+			t.Fatalf("all used 20s after an overload: limit %d, want the ceiling %d", limit, want)
+		}
+		overloadHolding(t, insp, sem, want)
+	}
+	if limit := fill(31 * time.Second); limit <= 10 {
+		t.Errorf("all used 31s after the last of 4 overloads under a stable quota: limit %d, want it grown past 10", limit)
 	}
 }

@@ -29,8 +29,45 @@ func TestShowAdvertisedRate(t *testing.T) {
 		t.Errorf("show adv:\n%s\nwant the rate set to the advertised 40", out)
 	}
 	js := strings.Join(strings.Fields(f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "adv", true) })), "")
-	if !strings.Contains(js, `"advertised":40,"last_move":"advertised"`) {
+	if !strings.Contains(js, `"advertised":40,"ceiling":0,"last_move":"advertised"`) {
 		t.Errorf("show -json adv: %s\nwant advertised 40, last moved by it", js)
+	}
+}
+
+// show names a learned limit's ceiling (an overload under an advertised
+// rate held 10 permits: at most 9) as one, not as an advertised value.
+func TestShowLearnedLimitCeiling(t *testing.T) {
+	f := newFixture(t)
+	sem, err := f.holder.Semaphore("adv", 30, limiter.Adaptive(1, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := f.holder.RateLimit("adv", limiter.Rate{Events: 100, Per: time.Second, Burst: 1}, limiter.Adaptive(1, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Allow(f.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	insp := inspect.New(f.holder)
+	if err := insp.Advertise(f.ctx(), "adv", limiter.Rate{Events: 40, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := sem.Acquire(f.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := insp.Overload(f.ctx(), "adv", 0); err != nil {
+		t.Fatal(err)
+	}
+	out := f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "adv", false) })
+	if !strings.Contains(out, "; held at most 9 until 30s after the overload") || strings.Contains(out, "advertised 9") {
+		t.Errorf("show adv:\n%s\nwant the limit held at most 9, not an advertised 9", out)
+	}
+	js := strings.Join(strings.Fields(f.run(t, func(w *bytes.Buffer) error { return show(f.ctx(), w, f.cli, "adv", true) })), "")
+	if !strings.Contains(js, `"advertised":0,"ceiling":9`) {
+		t.Errorf("show -json adv: %s\nwant the limit's ceiling 9, advertised 0", js)
 	}
 }
 

@@ -45,8 +45,10 @@ type Learned struct {
 	Overload float64 `json:"last_overload_rate"` // 0: none yet
 	SinceMs  int64   `json:"since_overload_ms"`
 	// Advertised is the rate the upstream advertises, which the rate is
-	// set to (0: none).
+	// set to (0: none); Ceiling the permits a learned limit is held at or
+	// below after an overload under it (0: none in force).
 	Advertised float64 `json:"advertised"`
+	Ceiling    float64 `json:"ceiling"`
 	// LastMove is why Value last moved (a Move), SinceMoveMs how long ago.
 	LastMove    string `json:"last_move"`
 	SinceMoveMs int64  `json:"since_move_ms"`
@@ -68,7 +70,7 @@ func LearnedOf(l *inspect.Learned) *Learned {
 		return nil
 	}
 	out := &Learned{Min: l.Min, Max: l.Max, Value: l.Value, Overload: l.Overload, SinceMs: CeilMs(l.Since),
-		Advertised: l.Advertised, SinceMoveMs: CeilMs(l.Moved), Pinned: l.Pinned}
+		Advertised: l.Advertised, Ceiling: l.Ceiling, SinceMoveMs: CeilMs(l.Moved), Pinned: l.Pinned}
 	switch {
 	case l.Pinned:
 	case l.Overload > 0 && l.Moved == l.Since:
@@ -108,6 +110,9 @@ func LearnedText(l *Learned, ago func(int64) string) string {
 	}
 	if l.Advertised > 0 {
 		txt += fmt.Sprintf("; advertised %.4g", l.Advertised)
+	}
+	if l.Ceiling > 0 {
+		txt += fmt.Sprintf("; held at most %.4g until 30s after the overload", l.Ceiling)
 	}
 	return txt
 }

@@ -66,7 +66,7 @@ func (i *Inspector) InUse(ctx context.Context, name string) (InUse, error) {
 }
 
 func inUseOf(s store.UseState) InUse {
-	u := InUse{FleetLimit: s.FleetLimit, FleetRate: limiter.Rate(s.FleetRate), Learned: learned(s.Learned, s.Now)}
+	u := InUse{FleetLimit: s.FleetLimit, FleetRate: limiter.Rate(s.FleetRate), Learned: learned(s.Learned, s.Now, true)}
 	for v, n := range s.Owners {
 		switch limit, r, isRate, ok := store.ParseUseValue(v); {
 		case !ok: // a later version's: not ours to show

@@ -44,10 +44,12 @@ func (i *Inspector) Pause(ctx context.Context, name string, d time.Duration) (ti
 
 // Overload tells the fleet that the upstream behind name refused a call
 // (a 429 or 503): it pauses name for retryAfter as Pause does (0: no
-// pause), and cuts name's learned rate (Adaptive; a fixed rate is left
-// alone) once per episode: the refusals that come from any process
-// within the pause, or within a second, cut nothing more. Events reserved
-// at the old rate are re-paced at the new one from the pause's end (see
+// pause), and cuts name's learned limit and learned rate (Adaptive; fixed
+// ones are left alone) once per episode: the refusals that come from any
+// process within the pause, or within a second, cut nothing more. Under
+// an advertised rate (Advertise) it cuts only the limit, and holds it at
+// most at the permits held less one for 30s. Events reserved at the old
+// rate are re-paced at the new one from the pause's end (see
 // Reservation). It returns how long name is paused for from now.
 // retryAfter outside [0, 24h] gives an *ArgumentError; other errors are
 // Pause's (the cut may have been made all the same).
@@ -68,10 +70,12 @@ func (i *Inspector) Overload(ctx context.Context, name string, retryAfter time.D
 // bounds, and grows no further while it stands, so the fleet goes
 // straight there instead of probing for it with 429s; an Overload then
 // cuts name's learned limit, not the rate (the headers speak for it; a
-// spent quota is a Pause until its reset). Events reserved at a faster
-// rate are re-paced, as after Overload's cut. A fixed or pinned rate is
-// left alone; SetRate's zero Rate forgets it. One call each:
-// call it when the advertisement changes, not per response. A bad q
+// spent quota is a Pause until its reset); another quota clears the
+// limit's ceiling. Events reserved at a faster rate are re-paced, as
+// after Overload's cut; those reserved at a slower one are drawn in to
+// the new rate (not while paused). A fixed or pinned rate is left alone;
+// SetRate's zero Rate forgets it. One call each: call it when the
+// advertisement changes, not per response. A bad q
 // gives an *ArgumentError naming "q"; other errors are Pause's (the rate
 // may have been set all the same).
 func (i *Inspector) Advertise(ctx context.Context, name string, q limiter.Rate) error {
@@ -143,9 +147,12 @@ type Learned struct {
 	// Moved is how long ago Value last moved (equal to Since: the
 	// overload's cut moved it last).
 	Moved time.Duration
-	// Advertised is the rate the upstream advertises (Advertise), which
-	// Value is set to and not grown past (0: none).
-	Advertised float64
+	// Advertised, for a rate, is the rate the upstream advertises
+	// (Advertise), which Value is set to and not grown past (0: none).
+	// Ceiling, for a limit, is the permits an Overload under an
+	// advertised rate found held, less one, which Value does not grow
+	// past for 30s after that overload (0: none in force).
+	Advertised, Ceiling float64
 	// Pinned: SetLimit or SetRate stored the value; nothing moves it
 	// until they clear it.
 	Pinned bool
@@ -162,22 +169,34 @@ func (i *Inspector) Rate(ctx context.Context, name string) (RateState, error) {
 	if err != nil {
 		return RateState{}, bridge.RedisError("read rate", name, err)
 	}
-	return RateState{Fleet: limiter.Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known, Learned: learned(s.Learned, s.Now)}, nil
+	return RateState{Fleet: limiter.Rate(s.Fleet), NextFree: s.NextFree, Paused: s.Paused, Known: s.Known, Learned: learned(s.Learned, s.Now, false)}, nil
 }
 
-// learned reads adapt.lua's state (see there) at now (µs, server clock).
-func learned(v string, now int64) *Learned {
+// ceilingLife is how long a learned limit's Ceiling holds after the
+// overload that set it (adapt.lua's ADAPT_CEIL_US).
+const ceilingLife = 30 * time.Second
+
+// learned reads adapt.lua's state (see there) at now (µs, server clock),
+// a limit's if limit.
+func learned(v string, now int64, limit bool) *Learned {
 	if v == "pin" {
 		return &Learned{Pinned: true}
 	}
 	var l Learned
 	var tOver, tMove, hold int64
-	// The eighth field, the advertised rate, is there only when set.
-	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Value, &l.Overload, &tOver, &tMove, &hold, &l.Advertised); n < 7 {
+	var adv float64
+	// The eighth field, adv, is there only when set.
+	if n, _ := fmt.Sscan(v, &l.Min, &l.Max, &l.Value, &l.Overload, &tOver, &tMove, &hold, &adv); n < 7 {
 		return nil
 	}
 	if l.Overload > 0 {
 		l.Since = time.Duration(now-tOver) * time.Microsecond
+	}
+	switch {
+	case !limit:
+		l.Advertised = adv
+	case l.Overload > 0 && l.Since < ceilingLife:
+		l.Ceiling = adv
 	}
 	l.Moved = time.Duration(now-tMove) * time.Microsecond
 	return &l

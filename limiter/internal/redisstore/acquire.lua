@@ -183,6 +183,7 @@ local fits = not conflict and ahead and quarantine == 0 and total + ahead + weig
 local paused = fits and pause_left(KEYS, now_ms) or 0
 -- A newcomer that finds every permit taken says the limit is all used: a
 -- learned limit grows (adapt.lua), for the grants after this one.
+if learned then adapt_ceiling(learned, now) end
 if learned and not conflict and quarantine == 0 and total + weight > limit and adapt_up(learned, now, weight) then
   local grown = fmt(adapt_events(learned))
   redis.call('HSET', KEYS[2], 'cap', grown, 'limit', grown, 'adapt', adapt_string(learned))

@@ -13,9 +13,11 @@
 --   wmax: the plateau of the last overload (0: none yet, the slow start);
 --   t_over: that overload's time; t_move: when r last moved;
 --   hold: nothing moves r before it (the overload's episode);
---   adv: the rate the upstream advertises (its RateLimit headers), r's
---      ceiling; absent, nil or 0: none (the states the scripts start
---      have none).
+--   adv: r's ceiling; absent, nil or 0: none (the states the scripts
+--      start have none). A rate's: the rate the upstream advertises (its
+--      RateLimit headers). A limit's: the permits an overload under an
+--      advertised rate found held, less one (pause.lua), in force for
+--      ADAPT_CEIL_US after the last overload (adapt_ceiling).
 -- 'pin' instead: an operator set the value (setrate.lua, setlimit.lua);
 -- nothing moves it.
 --
@@ -52,7 +54,12 @@
 -- (pause.lua cuts the limit instead: the headers speak for the rate, and
 -- a quota spent, by this fleet or others sharing it, pauses until its
 -- reset), and its overload's permits held, less the refused call's,
--- ceil the learned limit (its adv) until the quota changes (pause.lua).
+-- ceil the learned limit (its adv) for ADAPT_CEIL_US after the overload,
+-- or until the quota changes (pause.lua). Any overload sets it, so it
+-- must lapse: 429s that are not the calls at once' (other tenants
+-- spending the quota, the latency signal's) would otherwise lower it a
+-- permit each, and nothing raised it. A stable upstream then costs a 429
+-- per ADAPT_CEIL_US at most, where the curve's probe cost one per 13s.
 -- A new advertisement replaces the last, up or down; clearing
 -- the learned state (SetRate's zero) forgets it.
 
@@ -69,6 +76,7 @@ local ADAPT_FLAT_US = 8000000 -- on the plateau, before probing past it
 local ADAPT_UP_US = 1500000 -- the curve's scale past the plateau
 local ADAPT_HOLD_US = 1000000
 local ADAPT_RENO = 0.1 -- the least growth a second while all used, after an overload
+local ADAPT_CEIL_US = 30000000 -- a learned limit's ceiling's life, from its overload
 
 -- The state of v (a table), or nil for none or a pin.
 local function adapt_parse(v)
@@ -89,6 +97,12 @@ end
 -- The events per per_ns that the fleet rate applies for s.
 local function adapt_events(s)
   return max(s.min, floor(s.r))
+end
+
+-- Drops from s, a learned limit's state, its ceiling (adv) at now when
+-- it has lapsed: the limit may then probe past it.
+local function adapt_ceiling(s, now)
+  if (s.adv or 0) > 0 and now - s.t_over >= ADAPT_CEIL_US then s.adv = 0 end
 end
 
 -- Moves s up for a reservation of n events that waited at now (the rate

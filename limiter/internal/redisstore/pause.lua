@@ -55,16 +55,16 @@ local advertised = ARGV[5]
 
 -- Cuts the learned limit of KEYS (adapt.lua; the state hash's 'adapt'
 -- and 'cap', see acquire.lua) for an overload at now whose pause ends at
--- until_us, from used, the permits held then. ceil: the rate is
--- advertised, so the overload was the calls at once': the permits held
--- less the refused call's are the upstream's, and the limit's ceiling
--- (its adv) while the quota stands. Probing past them only draws 429s,
--- one a probe (every 13s), each a fleet-wide pause: the advertised
--- bench's only 429s.
-local function cut_learned_limit(keys, state, now, until_us, used, ceil)
+-- until_us, from used, the permits held then. capped: the rate is
+-- advertised, so the overload was likely the calls at once': the permits
+-- held less the refused call's are the upstream's, and the limit's
+-- ceiling (its adv) for ADAPT_CEIL_US (adapt_ceiling). Probing past them
+-- only draws 429s, one a probe (every 13s), each a fleet-wide pause: the
+-- advertised bench's only 429s.
+local function cut_learned_limit(keys, state, now, until_us, used, capped)
   local s = adapt_parse(state)
   if not s or not adapt_down(s, now, until_us, used) then return end
-  if ceil and used and used > 1 then s.adv = max(s.min, used - 1) end
+  if capped and used and used > 1 then s.adv = max(s.min, used - 1) end
   local cut = fmt(adapt_events(s))
   redis.call('HSET', keys[2], 'cap', cut, 'limit', cut, 'adapt', adapt_string(s))
 end

@@ -50,7 +50,9 @@ local notice = ARGV[7]
 -- future. Reserving moves tat at once, so callers are given their times
 -- in the order they reached Redis, paced exactly, with one call each.
 -- Three commands (MGET, TIME, SET; a DEL after a pause): every key is a
--- string.
+-- string. A learned rate's adds the SET of its use (KEYS[7]); one that
+-- grows, an HMGET of the semaphore's state (KEYS[6]) and the rise's
+-- writes.
 local st = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7])
 local now = now_us()
 -- A learned rate: its state, started by the first learning Client, and
